@@ -1,0 +1,117 @@
+"""`ailab` on the command line: doctor, labs build/check, bench, serve.
+
+Each benchmark suite is a module `ailab.suites.<name>` with
+`run(quick: bool = False, argv: list[str] | None = None) -> dict`;
+`ailab bench <name> --json` prints that dict as one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+
+
+def _suites() -> list[str]:
+    import ailab.suites
+
+    return sorted(m.name for m in pkgutil.iter_modules(ailab.suites.__path__) if not m.name.startswith("_"))
+
+
+def cmd_doctor(args) -> int:
+    from ailab.doctor import run_doctor
+
+    report = run_doctor()
+    print(json.dumps(report, indent=2) if args.json else report["text"])
+    return 0 if report["ok"] else 1
+
+
+def cmd_labs(args) -> int:
+    from ailab.labs.build import LabFormatError, build_all
+
+    if args.action == "build":
+        try:
+            stale = build_all(args.solutions, args.labs, check_only=args.check)
+        except LabFormatError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if args.check:
+            for path in stale:
+                print(f"out of date: {path} (run `ailab labs build`)")
+            return 1 if stale else 0
+        print(f"wrote {len(stale)} lab notebook(s)" + "".join(f"\n  {p}" for p in stale))
+        return 0
+    from ailab.labs.runner import run_lab
+
+    try:
+        report = run_lab(args.path)
+    except (FileNotFoundError, ValueError) as e:  # LabFormatError is a ValueError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def cmd_bench(args) -> int:
+    suites = _suites()
+    if args.suite not in suites:
+        print(f"error: unknown benchmark suite {args.suite!r}; available: {', '.join(suites)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"ailab.suites.{args.suite}")
+    result = module.run(quick=args.quick, argv=args.rest or None)
+    if args.json:
+        print(json.dumps(result, default=float))
+    else:
+        for key, value in result.items():
+            print(f"{key:>36}: {value}")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    try:
+        server = importlib.import_module("ailab.server")
+    except ModuleNotFoundError:
+        print("error: the inference server (ailab.server) is not built yet", file=sys.stderr)
+        return 2
+    return server.serve_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ailab", description="The ailab course toolkit.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("doctor", help="check versions, device and the offline models and data")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+
+    labs = sub.add_parser("labs", help="build labs/ from solutions/, or check a learner's lab")
+    lsub = labs.add_subparsers(dest="action", required=True)
+    b = lsub.add_parser("build", help="write labs/ from solutions/")
+    b.add_argument("--solutions", default="solutions")
+    b.add_argument("--labs", default="labs")
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 if labs/ is out of date")
+    c = lsub.add_parser("check", help="run a lab notebook and report which checks pass")
+    c.add_argument("path")
+    labs.set_defaults(func=cmd_labs)
+
+    be = sub.add_parser("bench", help="run a benchmark suite: " + ", ".join(_suites()))
+    be.add_argument("suite")
+    be.add_argument("--json", action="store_true", help="print one JSON object")
+    be.add_argument("--quick", action="store_true", help="a shorter run (for tests)")
+    be.add_argument("rest", nargs=argparse.REMAINDER, help="suite-specific arguments")
+    be.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("serve", help="start the inference server", add_help=False)
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=cmd_serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
