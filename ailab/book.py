@@ -1,0 +1,135 @@
+"""book.yml, the course map: load it, check it against the disk, and turn it into a Jupyter Book.
+
+The Jupyter Book's _toc.yml and _config.yml are generated into build/ from book.yml, never
+kept by hand, so the map and the book cannot disagree.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+# Topic IDs of seeds-topics.md: the curriculum must make each of them runnable.
+TOPICS = ([f"H{i}" for i in range(1, 7)] + [f"E{i}" for i in range(1, 9)]
+          + [f"S{i}" for i in range(1, 12)] + [f"A{i}" for i in range(1, 8)])
+CONTENT_DIRS = ("notebooks", "labs", "solutions")
+REQUIRED = {"id": str, "title": str, "notebook": str, "goals": list, "minutes": int, "gpu": bool, "topics": list}
+
+
+class BookError(ValueError):
+    """book.yml is malformed or names a file that does not exist."""
+
+
+def load_book(path: str | Path = "book.yml") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise BookError(f"{path} does not exist; run from the course's root folder")
+    try:
+        book = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise BookError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(book, dict) or not isinstance(book.get("parts"), list):
+        raise BookError(f"{path} must be a mapping with a 'parts' list")
+    return book
+
+
+def chapters(book: dict):
+    for part in book["parts"]:
+        for chapter in part.get("chapters") or []:
+            yield part, chapter
+
+
+def listed_paths(book: dict) -> set[str]:
+    return {ch[key] for _, ch in chapters(book) for key in ("notebook", "lab", "solution") if ch.get(key)}
+
+
+def validate(book: dict, root: str | Path = ".") -> list[str]:
+    """Every problem with the map, as sentences. An empty list means the map and the disk agree."""
+    root, problems, seen = Path(root), [], set()
+    for part, ch in chapters(book):
+        where = f"chapter {ch.get('id', '?')!r} in part {part.get('id', '?')!r}"
+        for key, kind in REQUIRED.items():
+            if not isinstance(ch.get(key), kind):
+                problems.append(f"{where}: field {key!r} must be a {kind.__name__} (got {ch.get(key)!r})")
+        if ch.get("id") in seen:
+            problems.append(f"{where}: duplicate chapter id")
+        seen.add(ch.get("id"))
+        if bool(ch.get("lab")) != bool(ch.get("solution")):
+            problems.append(f"{where}: a lab needs its solution and a solution its lab")
+        if isinstance(ch.get("goals"), list) and not 1 <= len(ch["goals"]) <= 3:
+            problems.append(f"{where}: give 1-3 learning goals (got {len(ch['goals'])})")
+        for topic in ch.get("topics") or []:
+            if topic not in TOPICS:
+                problems.append(f"{where}: unknown topic {topic!r}; topic IDs are those of seeds-topics.md")
+        for key in ("notebook", "lab", "solution"):
+            if ch.get(key) and not (root / ch[key]).is_file():
+                problems.append(f"{where}: {key} {ch[key]} does not exist")
+    listed = listed_paths(book)
+    for folder in CONTENT_DIRS:
+        for nb in sorted((root / folder).rglob("*.ipynb")):
+            rel = nb.relative_to(root).as_posix()
+            if ".ipynb_checkpoints" not in nb.parts and rel not in listed:
+                problems.append(f"{rel} is on disk but not listed in book.yml")
+    return problems
+
+
+def check_book(path: str | Path = "book.yml") -> dict:
+    book = load_book(path)
+    problems = validate(book, Path(path).parent)
+    if problems:
+        raise BookError("book.yml and the disk disagree:\n  " + "\n  ".join(problems))
+    return book
+
+
+def covered_topics(book: dict) -> set[str]:
+    return {t for _, ch in chapters(book) for t in ch.get("topics") or []}
+
+
+def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: str = "off") -> Path:
+    """Stage the course for Jupyter Book 1: copy the content, write _toc.yml and _config.yml."""
+    root, src = Path(root), Path(out)
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    intro = ["# " + book["title"], "", (root / "README.md").read_text(encoding="utf-8") if (root / "README.md").exists() else ""]
+    (src / "intro.md").write_text("\n".join(intro), encoding="utf-8")
+    toc_parts = []
+    for part in book["parts"]:
+        entries = []
+        for ch in part.get("chapters") or []:
+            for key in ("notebook", "lab"):
+                if ch.get(key):
+                    target = src / ch[key]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(root / ch[key], target)
+                    entries.append({"file": str(Path(ch[key]).with_suffix("").as_posix())})
+        if entries:
+            toc_parts.append({"caption": part["title"], "chapters": entries})
+    toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
+    config = {"title": book["title"], "author": book.get("author", "ailab"), "only_build_toc_files": True,
+              "execute": {"execute_notebooks": execute, "timeout": 600},
+              "sphinx": {"config": {"html_show_copyright": False}}}
+    (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
+    (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return src
+
+
+def main() -> int:
+    """`python -m ailab.book SRC_DIR`: check book.yml, then stage the Jupyter Book sources."""
+    import os
+    import sys
+
+    out = sys.argv[1] if len(sys.argv) > 1 else "build/book-src"
+    try:
+        book = check_book("book.yml")
+    except BookError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_jupyter_book(book, ".", out, execute=os.environ.get("AILAB_BOOK_EXECUTE", "off"))
+    print(f"staged {len(listed_paths(book))} notebooks in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
