@@ -1,0 +1,405 @@
+"""DynamicBatcher: gather concurrent requests into one forward pass (topics S1-S4, S6).
+
+Each caller does `result = await batcher.submit(item)`. A collector coroutine on the event loop
+opens a window at the oldest waiting request and sends a batch when it holds `max_batch_size`
+items (or `max_batch_cost` units, e.g. tokens) or when `max_wait_ms` has passed. The batch runs
+on ONE dedicated worker thread that owns the only model copy, so the event loop never blocks
+and memory is not multiplied by worker processes (torch releases the GIL inside its kernels).
+
+Admission control lives here too: a bounded queue (QueueFullError at once, not after a wait),
+per-request deadlines (DeadlineExceededError; expired requests are dropped before compute),
+priorities (higher first, FIFO within a level) and optional length bucketing.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Sequence
+
+
+class QueueFullError(RuntimeError):
+    """The batcher's queue holds max_queue requests: shed load now (HTTP 503 + Retry-After)."""
+
+
+class DeadlineExceededError(TimeoutError):
+    """The request's deadline passed before its batch was computed (HTTP 504)."""
+
+
+class BatcherClosedError(RuntimeError):
+    """The batcher is shutting down and takes no new requests."""
+
+
+@dataclass(eq=False)
+class _Request:
+    item: Any
+    future: asyncio.Future
+    priority: int
+    deadline: float            # time.monotonic() seconds; math.inf = none
+    arrived: float
+    cost: float
+    bucket: Hashable
+    state: str = "queued"      # queued -> running -> done | dropped
+
+
+@dataclass
+class BatcherStats:
+    """Counters since start. Lists are bounded to the most recent `window` samples."""
+
+    window: int = 10_000
+    batches: int = 0
+    items: int = 0
+    rejected: int = 0          # queue full
+    expired: int = 0           # deadline passed before compute
+    failed: int = 0            # items whose computation raised
+    retried_batches: int = 0   # batches that raised and were retried item by item
+    batch_sizes: Counter = field(default_factory=Counter)
+    queue_wait_ms: deque = field(default_factory=deque)
+    compute_ms: deque = field(default_factory=deque)
+
+    def _add(self, dq: deque, value: float) -> None:
+        dq.append(value)
+        if len(dq) > self.window:
+            dq.popleft()
+
+    def as_dict(self) -> dict:
+        def pct(dq, q):
+            return float(sorted(dq)[min(len(dq) - 1, int(q * len(dq)))]) if dq else math.nan
+
+        return {"batches": self.batches, "items": self.items, "rejected": self.rejected, "expired": self.expired,
+                "failed": self.failed, "retried_batches": self.retried_batches,
+                "mean_batch_size": self.items / self.batches if self.batches else 0.0,
+                "batch_size_hist": dict(sorted(self.batch_sizes.items())),
+                "queue_wait_p50_ms": pct(self.queue_wait_ms, 0.5), "queue_wait_p99_ms": pct(self.queue_wait_ms, 0.99),
+                "compute_p50_ms": pct(self.compute_ms, 0.5), "compute_p99_ms": pct(self.compute_ms, 0.99)}
+
+
+def length_bucket(width: int = 16, length: Callable[[Any], int] = len) -> Callable[[Any], int]:
+    """A bucket function: items whose length falls in the same `width`-wide band batch together."""
+    if width < 1:
+        raise ValueError(f"length_bucket(width={width}): width must be at least 1")
+    return lambda item: (length(item) - 1) // width if length(item) > 0 else 0
+
+
+class DynamicBatcher:
+    """Batch `fn(list_of_items) -> list_of_results` over concurrent `await submit(item)` calls.
+
+    fn runs on one worker thread. It must return one result per item, in order; a result that is
+    an Exception instance fails only that item (e.g. "input too long"). If fn raises, the batch is
+    retried item by item, so one poisoned input fails alone and its neighbours still succeed.
+    """
+
+    def __init__(self, fn: Callable[[list], Sequence], max_batch_size: int = 32, max_wait_ms: float = 10.0,
+                 max_queue: int = 1024, size_fn: Callable[[Any], float] | None = None,
+                 max_batch_cost: float | None = None, bucket_fn: Callable[[Any], Hashable] | None = None,
+                 worker_init: Callable[[], None] | None = None, on_batch: Callable[[int, list, float], None] | None = None,
+                 name: str = "batcher"):
+        if not callable(fn):
+            raise TypeError(f"DynamicBatcher(fn=...) needs a callable taking a list of items, got {type(fn).__name__}")
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
+        if max_batch_cost is not None and size_fn is None:
+            raise ValueError("max_batch_cost needs size_fn: say how much each item costs (e.g. its token count)")
+        self.fn, self.name = fn, name
+        self.max_queue, self.size_fn, self.max_batch_cost, self.bucket_fn = max_queue, size_fn, max_batch_cost, bucket_fn
+        self.on_batch = on_batch
+        self.max_batch_size, self.max_wait_ms = 1, 0.0
+        self.configure(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
+        self.stats = BatcherStats()
+        self._levels: dict[int, deque[_Request]] = {}   # priority -> FIFO of requests
+        self._queued = 0                                 # live requests waiting (not running, not dropped)
+        self._running = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._closing = False
+        self._seq = itertools.count()
+        # One thread, one model copy: the batcher never runs two batches at once.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-worker",
+                                            initializer=worker_init)
+
+    # ---- configuration -------------------------------------------------------------------------
+    def configure(self, max_batch_size: int | None = None, max_wait_ms: float | None = None) -> None:
+        """Change the window while running; the next batch uses the new values."""
+        if max_batch_size is not None:
+            if not isinstance(max_batch_size, int) or max_batch_size < 1:
+                raise ValueError(f"max_batch_size must be a positive integer (got {max_batch_size!r})")
+            self.max_batch_size = max_batch_size
+        if max_wait_ms is not None:
+            if not (max_wait_ms >= 0 and math.isfinite(max_wait_ms)):
+                raise ValueError(f"max_wait_ms must be a finite number >= 0 (got {max_wait_ms!r})")
+            self.max_wait_ms = float(max_wait_ms)
+        if getattr(self, "_wake", None) is not None:
+            self._wake.set()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queued
+
+    @property
+    def in_flight(self) -> int:
+        return self._queued + self._running
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    # ---- submitting ----------------------------------------------------------------------------
+    async def submit(self, item: Any, priority: int = 0, deadline: float | None = None,
+                     timeout: float | None = None) -> Any:
+        """Queue `item` and return its result.
+
+        deadline: absolute time.monotonic() seconds; timeout: seconds from now (the earlier wins).
+        Raises QueueFullError at once when max_queue requests wait, DeadlineExceededError when the
+        deadline passes before the item was computed, or whatever fn raised for this item.
+        """
+        if self._closing:
+            raise BatcherClosedError(f"{self.name} is closed and takes no new requests")
+        if self._queued >= self.max_queue:
+            self.stats.rejected += 1
+            raise QueueFullError(f"{self.name}: queue full ({self.max_queue} requests waiting); retry later")
+        now = time.monotonic()
+        limit = math.inf if deadline is None else float(deadline)
+        if timeout is not None:
+            limit = min(limit, now + float(timeout))
+        if limit <= now:
+            self.stats.expired += 1
+            raise DeadlineExceededError(f"{self.name}: the request's deadline had already passed")
+        loop = asyncio.get_running_loop()
+        if self._task is None:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._collect_forever(), name=f"{self.name}-collector")
+        req = _Request(item, loop.create_future(), int(priority), limit, now,
+                       float(self.size_fn(item)) if self.size_fn else 1.0,
+                       self.bucket_fn(item) if self.bucket_fn else None)
+        self._levels.setdefault(req.priority, deque()).append(req)
+        self._queued += 1
+        self._wake.set()
+        if limit == math.inf:
+            return await req.future
+        try:
+            # shield: a timeout here must not cancel a batch that is already computing.
+            return await asyncio.wait_for(asyncio.shield(req.future), timeout=max(0.0, limit - time.monotonic()))
+        except asyncio.TimeoutError:
+            if req.state == "queued":          # never reached compute: drop it, answer 504
+                self._drop(req)
+                self.stats.expired += 1
+                raise DeadlineExceededError(f"{self.name}: deadline passed after "
+                                            f"{(time.monotonic() - now) * 1e3:.0f} ms in the queue") from None
+            return await req.future            # already computing: a bounded wait for its result
+        except asyncio.CancelledError:         # the caller went away (client disconnected)
+            if req.state == "queued":
+                self._drop(req)
+            raise
+
+    def _drop(self, req: _Request) -> None:
+        req.state = "dropped"
+        self._queued -= 1
+
+    # ---- collecting ----------------------------------------------------------------------------
+    def _live(self):
+        """Queued requests in dispatch order: higher priority first, FIFO within a level."""
+        for prio in sorted(self._levels, reverse=True):
+            for req in self._levels[prio]:
+                if req.state == "queued":
+                    yield req
+
+    def _head(self) -> _Request | None:
+        return next(self._live(), None)
+
+    def _ready_count(self, head: _Request) -> float:
+        """How full the batch that `head` would lead is, as a fraction of the limit (>= 1: send now)."""
+        if self.bucket_fn is None and self.max_batch_cost is None:
+            return self._queued / self.max_batch_size
+        n, cost = 0, 0.0
+        for req in self._live():
+            if req.bucket == head.bucket:
+                n, cost = n + 1, cost + req.cost
+                if n >= self.max_batch_size or (self.max_batch_cost and cost >= self.max_batch_cost):
+                    return 1.0
+        return n / self.max_batch_size
+
+    def _take_batch(self) -> list[_Request]:
+        head = self._head()
+        batch, cost = [], 0.0
+        for req in self._live():
+            if len(batch) >= self.max_batch_size:
+                break
+            if self.bucket_fn is not None and req.bucket != head.bucket:
+                continue
+            if self.max_batch_cost is not None and batch and cost + req.cost > self.max_batch_cost:
+                break
+            batch.append(req)
+            cost += req.cost
+        for req in batch:
+            req.state = "running"
+        self._queued -= len(batch)
+        for prio in list(self._levels):   # compact: forget requests that left the queue
+            dq = self._levels[prio]
+            while dq and dq[0].state != "queued":
+                dq.popleft()
+            if len(dq) > 2 * max(self._queued, 16):
+                self._levels[prio] = deque(r for r in dq if r.state == "queued")
+            if not self._levels[prio]:
+                del self._levels[prio]
+        return batch
+
+    async def _collect_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            head = self._head()
+            if head is None:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            # The window opened when the oldest waiting request arrived.
+            opened = min(r.arrived for r in self._live())
+            while not self._closing:
+                remaining = opened + self.max_wait_ms / 1e3 - time.monotonic()
+                head = self._head()
+                if head is None or self._ready_count(head) >= 1 or remaining <= 0:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=remaining)
+                except asyncio.TimeoutError:
+                    pass
+            if self._head() is None:
+                continue
+            batch = self._take_batch()
+            now = time.monotonic()
+            live = []
+            for req in batch:                   # drop the expired before paying for compute
+                if req.deadline <= now:
+                    req.state = "dropped"
+                    self.stats.expired += 1
+                    if not req.future.done():
+                        req.future.set_exception(DeadlineExceededError(f"{self.name}: deadline passed in the queue"))
+                else:
+                    live.append(req)
+            if live:
+                await self._run_batch(loop, live, now)
+
+    async def _run_batch(self, loop, batch: list[_Request], started: float) -> None:
+        self._running = len(batch)
+        items = [r.item for r in batch]
+        waits = [(started - r.arrived) * 1e3 for r in batch]
+        t0 = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(self._executor, self._call_isolated, items)
+        finally:
+            self._running = 0
+        compute_s = time.perf_counter() - t0
+        self.stats.batches += 1
+        self.stats.items += len(batch)
+        self.stats.batch_sizes[len(batch)] += 1
+        for w in waits:
+            self.stats._add(self.stats.queue_wait_ms, w)
+        self.stats._add(self.stats.compute_ms, compute_s * 1e3)
+        for req, (ok, value) in zip(batch, results):
+            req.state = "done"
+            if not ok:
+                self.stats.failed += 1
+            if not req.future.done():
+                req.future.set_result(value) if ok else req.future.set_exception(value)
+        if self.on_batch is not None:
+            self.on_batch(len(batch), waits, compute_s)
+
+    def _call_isolated(self, items: list) -> list[tuple[bool, Any]]:
+        """Worker thread: run the batch; if it raises, run each item alone so only the bad one fails."""
+        try:
+            return self._check(self.fn(items), len(items))
+        except Exception:  # noqa: BLE001 - any model error: fall back to one item at a time
+            self.stats.retried_batches += 1 if len(items) > 1 else 0
+            if len(items) == 1:
+                try:
+                    return self._check(self.fn(items), 1)
+                except Exception as e:  # noqa: BLE001
+                    return [(False, e)]
+            out = []
+            for item in items:
+                try:
+                    out.extend(self._check(self.fn([item]), 1))
+                except Exception as e:  # noqa: BLE001
+                    out.append((False, e))
+            return out
+
+    @staticmethod
+    def _check(results, n: int) -> list[tuple[bool, Any]]:
+        results = list(results)
+        if len(results) != n:
+            raise RuntimeError(f"the batch function returned {len(results)} results for {n} items")
+        return [(False, r) if isinstance(r, BaseException) else (True, r) for r in results]
+
+    # ---- shutdown ------------------------------------------------------------------------------
+    async def close(self, drain: bool = True, timeout: float = 30.0) -> None:
+        """Stop taking requests. drain=True finishes everything queued; False fails it at once."""
+        self._closing = True
+        if not drain:
+            for req in list(self._live()):
+                self._drop(req)
+                if not req.future.done():
+                    req.future.set_exception(BatcherClosedError(f"{self.name} closed before this request ran"))
+        if self._task is not None:
+            self._wake.set()
+            try:
+                await asyncio.wait_for(self._task, timeout=timeout)
+            except asyncio.TimeoutError:
+                self._task.cancel()
+        self._executor.shutdown(wait=False)
+
+    def run_in_worker(self, fn: Callable, *args):
+        """Run fn(*args) on the model's own thread (warm-up, probes) and return an awaitable."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+async def closed_loop(batcher: DynamicBatcher, items: Sequence, concurrency: int, duration_s: float,
+                      warmup_s: float = 0.0, timeout: float | None = None) -> dict:
+    """`concurrency` in-process clients, each submitting the next item as soon as its last one returns."""
+    if concurrency < 1 or duration_s <= 0:
+        raise ValueError("closed_loop needs concurrency >= 1 and duration_s > 0")
+    start = time.monotonic()
+    measure_from, stop_at = start + warmup_s, start + warmup_s + duration_s
+    latencies, errors = [], Counter()
+
+    async def client(k: int):
+        i = k
+        while time.monotonic() < stop_at:
+            t0 = time.monotonic()
+            try:
+                await batcher.submit(items[i % len(items)], timeout=timeout)
+                if t0 >= measure_from:
+                    latencies.append((time.monotonic() - t0) * 1e3)
+            except Exception as e:  # noqa: BLE001 - counted, not raised: a load test reports errors
+                if t0 >= measure_from:
+                    errors[type(e).__name__] += 1
+            i += concurrency
+
+    await asyncio.gather(*(client(k) for k in range(concurrency)))
+    return {"requests": len(latencies), "rps": len(latencies) / duration_s, "latencies_ms": latencies,
+            "errors": dict(errors)}
+
+
+def run_sync(coro_fn: Callable[[], Any]):
+    """Run an async function to completion from sync code, even inside Jupyter (whose loop is busy)."""
+    import threading
+
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = asyncio.run(coro_fn())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="ailab-run-sync")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
