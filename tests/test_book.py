@@ -1,0 +1,71 @@
+"""book.yml is the course map: it and the disk must agree, and it must be usable by Jupyter Book."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ailab import book as bk
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_book_matches_disk():
+    assert bk.validate(bk.load_book(ROOT / "book.yml"), ROOT) == []
+
+
+def test_every_chapter_declares_goals_minutes_gpu_topics():
+    b = bk.load_book(ROOT / "book.yml")
+    assert [p["id"] for p in b["parts"]] == ["orientation", "hardware", "engine", "serving", "application"]
+    for _, ch in bk.chapters(b):
+        assert 1 <= len(ch["goals"]) <= 3 and ch["minutes"] > 0 and isinstance(ch["gpu"], bool)
+        assert ch["topics"] and set(ch["topics"]) <= set(bk.TOPICS)
+
+
+def _copy_course(tmp_path, book_text):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "a.ipynb").write_text("{}")
+    (tmp_path / "book.yml").write_text(book_text)
+    return tmp_path
+
+
+CHAPTER = """title: t
+parts:
+  - id: p
+    title: P
+    chapters:
+      - {id: a, title: A, notebook: NB, goals: [g], minutes: 5, gpu: false, topics: [H1]}
+"""
+
+
+def test_missing_file_is_named(tmp_path):
+    root = _copy_course(tmp_path, CHAPTER.replace("NB", "notebooks/missing.ipynb"))
+    with pytest.raises(bk.BookError) as e:
+        bk.check_book(root / "book.yml")
+    assert "notebooks/missing.ipynb does not exist" in str(e.value)
+    assert "notebooks/a.ipynb is on disk but not listed" in str(e.value)
+
+
+def test_bad_fields_and_topics_are_named(tmp_path):
+    text = CHAPTER.replace("NB", "notebooks/a.ipynb").replace("minutes: 5", "minutes: soon").replace("[H1]", "[Z9]")
+    problems = bk.validate(bk.load_book(_copy_course(tmp_path, text) / "book.yml"), tmp_path)
+    assert any("'minutes' must be a int" in p for p in problems)
+    assert any("unknown topic 'Z9'" in p for p in problems)
+
+
+def test_unreadable_book_is_a_clear_error(tmp_path):
+    with pytest.raises(bk.BookError, match="does not exist"):
+        bk.load_book(tmp_path / "book.yml")
+    (tmp_path / "book.yml").write_text("parts: [unclosed")
+    with pytest.raises(bk.BookError, match="not valid YAML"):
+        bk.load_book(tmp_path / "book.yml")
+
+
+def test_jupyter_book_toc_is_generated_from_the_map(tmp_path):
+    b = bk.check_book(ROOT / "book.yml")
+    src = bk.write_jupyter_book(b, ROOT, tmp_path / "src")
+    toc = yaml.safe_load((src / "_toc.yml").read_text())
+    files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    listed = [p for _, ch in bk.chapters(b) for p in (ch["notebook"], ch.get("lab")) if p]
+    assert files == [str(Path(p).with_suffix("")) for p in listed]
+    assert all((src / p).is_file() for p in listed)
+    assert yaml.safe_load((src / "_config.yml").read_text())["execute"]["execute_notebooks"] == "off"

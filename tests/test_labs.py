@@ -1,0 +1,80 @@
+"""Every lab: labs/ equals a fresh build, and the stub fails every check.
+
+(That each solution runs end to end is proved by nbval over solutions/ in `make test`; that each
+check also rejects a plausible wrong answer is in tests/test_lab_<name>.py.)
+"""
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ailab import book as bk
+from ailab.labs.build import LabFormatError, build_all, build_notebook, stub_source
+from ailab.labs.runner import run_lab
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = [ch for _, ch in bk.chapters(bk.load_book(ROOT / "book.yml")) if ch.get("lab")]
+
+
+def test_labs_equal_a_fresh_build():
+    stale = build_all(ROOT / "solutions", ROOT / "labs", check_only=True)
+    assert not stale, f"labs/ is out of date for {stale}: run `ailab labs build`"
+
+
+@pytest.mark.parametrize("chapter", LABS, ids=[c["id"] for c in LABS])
+def test_stub_fails_every_check(chapter):
+    report = run_lab(ROOT / chapter["lab"])
+    assert report.checks, f"no check ran in {chapter['lab']}: {report.cell_errors}"
+    assert not report.passed, f"checks passed on the stub (they cannot fail?): {report.passed}"
+
+
+@pytest.mark.parametrize("chapter", LABS, ids=[c["id"] for c in LABS])
+def test_lab_has_no_answers_left(chapter):
+    lab = json.loads((ROOT / chapter["lab"]).read_text())
+    text = "".join("".join(c["source"]) for c in lab["cells"])
+    assert "BEGIN SOLUTION" not in text and "NotImplementedError" in text
+
+
+def test_stub_keeps_indentation_and_hint():
+    src = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    # HINT: add one\n    return x + y\n    ### END SOLUTION\n"
+    out, n = stub_source(src, "t")
+    assert n == 1
+    assert out.splitlines() == ["def f(x):", "    y = 1", "    # HINT: add one", "    raise NotImplementedError('add one')"]
+    ns = {}
+    exec(out, ns)
+    with pytest.raises(NotImplementedError, match="add one"):
+        ns["f"](1)
+
+
+@pytest.mark.parametrize("src, message", [
+    ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
+    ("x = 1\n### END SOLUTION\n", "without a matching"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "inside another"),
+])
+def test_malformed_markers_are_named(src, message):
+    with pytest.raises(LabFormatError, match=message):
+        stub_source(src, "cell 3")
+
+
+def test_a_notebook_that_is_not_a_lab_is_refused(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "plain.ipynb"
+    nbformat.write(nb, str(path))
+    with pytest.raises(LabFormatError, match="not an ailab lab"):
+        run_lab(path)
+    nb.metadata["ailab"] = {"lab": "x"}
+    nbformat.write(nb, str(path))
+    with pytest.raises(LabFormatError, match="no ### BEGIN SOLUTION"):
+        build_notebook(path)
+
+
+def test_labs_check_cli_reports_clearly(tmp_path, capsys):
+    from ailab.cli import main
+
+    (tmp_path / "broken.ipynb").write_text("not json")
+    assert main(["labs", "check", str(tmp_path / "broken.ipynb")]) == 2
+    assert "not a readable Jupyter notebook" in capsys.readouterr().err
+    assert main(["labs", "check", str(tmp_path / "missing.ipynb")]) == 2
+    assert "does not exist" in capsys.readouterr().err
