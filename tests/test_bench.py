@@ -1,0 +1,236 @@
+"""ailab.bench against a small stdlib HTTP server on loopback whose behaviour each test controls."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from ailab import bench
+from ailab.bench import BenchTargetError, LoadResult, SweepResult
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def _answer(self):
+        cfg = self.server.cfg
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        now = time.perf_counter() - self.server.t0
+        if cfg.get("stall") and cfg["stall"][0] <= now < cfg["stall"][1]:
+            time.sleep(cfg["stall"][1] - now)  # everything arriving in the stall waits until it ends
+        with self.server.slots:  # `workers` requests at a time: a server with a finite capacity
+            time.sleep(cfg.get("delay_s", 0.0))
+        if cfg.get("leak_kb"):
+            self.server.leak.append(bytearray(cfg["leak_kb"] * 1024))
+        self.server.count += 1
+        status = 500 if cfg.get("fail_every") and self.server.count % cfg["fail_every"] == 0 else 200
+        out = json.dumps({"echo": len(body)}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = _answer
+
+
+@pytest.fixture
+def server():
+    """Start a server: server(delay_s=..., workers=..., stall=(t0, t1), fail_every=k, leak_kb=n) -> URL."""
+    started = []
+
+    def start(workers: int = 64, **cfg):
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd.daemon_threads = True
+        httpd.cfg, httpd.t0, httpd.count, httpd.leak = cfg, time.perf_counter(), 0, []
+        httpd.slots = threading.Semaphore(workers)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        started.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}/predict"
+
+    yield start
+    for httpd in started:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- pure logic (no network)
+
+def _result(records, elapsed, warmup=0.0, mode="closed"):
+    return LoadResult(mode, "http://127.0.0.1:1/x", 4, None, elapsed, warmup, records, elapsed)
+
+
+def test_stats_errors_and_rps_count_only_successes():
+    recs = [(0.1 * i, 0.1 * i, float(i + 1), 200) for i in range(90)]
+    recs += [(0.05, 0.05, 1.0, 503)] * 5 + [(0.05, 0.05, 10_000.0, "timeout")] * 5
+    r = _result(recs, 10.0)
+    assert r.n == 100 and r.n_ok == 90
+    assert r.errors_by_status == {"503": 5, "timeout": 5}
+    assert r.error_rate == pytest.approx(0.10)
+    assert r.rps == pytest.approx(9.0)
+    # numpy is the oracle for the percentiles of the successful latencies 1..90 ms
+    assert r.stats.p99_ms == pytest.approx(np.percentile(np.arange(1, 91), 99))
+    assert r.stats.max_ms == 90.0  # the 10 s timeouts are errors, not latencies
+
+
+def test_windows_and_stability_rule():
+    steady = [(t, t, 5.0, 200) for t in np.arange(0, 6, 0.01)]          # 100 req/s for 6 s
+    r = _result(steady, 6.0)
+    assert len(r.windows) == 6
+    assert all(w.rps == pytest.approx(100, abs=2) for w in r.windows)
+    assert r.stable(tolerance_pct=5)
+    ramp = [(t, t, 5.0, 200) for k in range(6) for t in np.linspace(k, k + 1, 20 * 2 ** k, endpoint=False)]
+    r2 = _result(ramp, 6.0)  # throughput doubles every window: never three windows within 10 %
+    assert not r2.stable(tolerance_pct=10)
+    assert r2.stable(tolerance_pct=80)  # 1, 2, 4: within 80 % of their mean
+
+
+def test_json_and_csv_round_trip(tmp_path):
+    recs = [(0.5 + 0.01 * i, 0.5 + 0.01 * i, 3.0 + i % 7, 200 if i % 10 else 500) for i in range(200)]
+    r = _result(recs, 2.0)
+    doc = json.loads(r.to_json(str(tmp_path / "r.json")))
+    assert doc["requests"] == 200 and doc["ok"] == 180 and doc["errors_by_status"] == {"500": 20}
+    assert doc["p99_ms"] == pytest.approx(r.stats.p99_ms, abs=1e-3) and len(doc["windows"]) == 2
+    assert json.loads((tmp_path / "r.json").read_text()) == doc
+    rows = list(csv.DictReader(io.StringIO(r.to_csv(str(tmp_path / "r.csv")))))
+    assert len(rows) == 200 and rows[10]["status"] == "500" and rows[9]["status"] == "200" and float(rows[1]["latency_ms"]) == 4.0
+
+
+def test_knee_is_best_throughput_within_slo_not_just_best_throughput():
+    def run(clients, rps, lat):
+        recs = [(t, t, lat, 200) for t in np.linspace(0, 2, int(rps * 2), endpoint=False)]
+        return LoadResult("closed", "http://x/", clients, None, 2.0, 0.0, recs, 2.0)
+
+    s = SweepResult(100.0, 0.01, [run(1, 50, 20), run(4, 150, 60), run(16, 180, 300)])
+    assert s.knee["clients"] == 4  # 16 clients give more req/s but break the p99 SLO
+    assert SweepResult(10.0, 0.01, s.results).knee is None
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"url": "127.0.0.1:8000/predict"}, "http"),
+    ({"url": "ftp://127.0.0.1/"}, "http"),
+    ({"payloads": {"text": "hi"}}, "list"),
+    ({"payloads": []}, "empty"),
+    ({"clients": 0}, "clients"),
+    ({"duration_s": 0}, "duration_s"),
+])
+def test_bad_arguments_are_named(kwargs, match):
+    args = {"url": "http://127.0.0.1:9/", "payloads": [{}], "clients": 2, "duration_s": 1.0} | kwargs
+    with pytest.raises((ValueError, TypeError), match=match):
+        bench.closed_loop(**args)
+
+
+def test_open_loop_rejects_bad_rate():
+    with pytest.raises(ValueError, match="rate_rps"):
+        bench.open_loop("http://127.0.0.1:9/", None, rate_rps=-3)
+
+
+# --------------------------------------------------------------------------- against a real server
+
+def test_unreachable_url_fails_fast_with_a_clear_error():
+    url = f"http://127.0.0.1:{_free_port()}/predict"
+    t0 = time.perf_counter()
+    with pytest.raises(BenchTargetError, match="cannot reach"):
+        bench.closed_loop(url, [{"text": "x"}], clients=4, duration_s=30)
+    with pytest.raises(BenchTargetError):
+        bench.open_loop(url, None, rate_rps=10, duration_s=30)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_closed_loop_throughput_matches_capacity(server):
+    url = server(delay_s=0.02, workers=2)  # capacity: 2 / 20 ms = 100 req/s
+    r = bench.closed_loop(url, [{"text": "a"}, {"text": "b"}], clients=4, duration_s=2.0, warmup_s=0.5)
+    assert 40 < r.rps <= 105, r
+    assert r.stats.p50_ms >= 35  # 4 clients share 2 slots: each waits about one service time
+    assert r.error_rate == 0 and r.statuses[200] == r.n
+
+
+def test_errors_are_counted_by_status(server):
+    url = server(fail_every=4)
+    r = bench.closed_loop(url, None, clients=2, duration_s=1.0, warmup_s=0.2)
+    assert r.errors_by_status.keys() == {"500"}
+    assert r.error_rate == pytest.approx(0.25, abs=0.05)
+
+
+def test_open_loop_sees_a_stall_that_a_closed_loop_hides(server):
+    """Coordinated omission: one 1-second stall. The closed loop's single client waits politely and
+    records ONE slow request; the open loop keeps arriving and records every request that queued."""
+    stall = (1.5, 2.5)
+    r_open = bench.open_loop(server(stall=stall), None, rate_rps=60, duration_s=3.0, warmup_s=0.5, seed=1)
+    r_closed = bench.closed_loop(server(stall=stall, delay_s=0.01), None, clients=1, duration_s=3.0, warmup_s=0.5)
+    assert r_open.rate_rps == 60 and 35 < r_open.n < 250  # Poisson: about 180 arrivals in 3 s
+    assert r_open.stats.p90_ms > 300, r_open   # ~1/3 of the arrivals landed in the stall
+    assert r_closed.stats.p90_ms < 100, r_closed  # the closed loop hides it below p99
+    assert r_open.stats.p99_ms > 3 * r_closed.stats.p99_ms
+
+
+def test_sweep_finds_the_knee_on_a_saturating_server(server):
+    url = server(delay_s=0.02, workers=2)
+    s = bench.sweep(url, None, concurrencies=[1, 2, 4, 16], slo_p99_ms=70, duration_s=1.2, warmup_s=0.3)
+    pts = {p["clients"]: p for p in s.points()}
+    assert pts[16]["p99_ms"] > 70 and not pts[16]["within_slo"]  # 16 clients queue ~8 service times
+    assert s.knee is not None and s.knee["clients"] in (2, 4)
+    assert s.knee["rps"] > pts[1]["rps"] * 1.3
+    assert s.figure().data  # a plotly figure with traces
+
+
+def test_soak_detects_a_leak(server):
+    leaky = bench.soak(server(leak_kb=256, delay_s=0.005), None, duration_s=4.0, clients=2,
+                       sample_every_s=0.5, warmup_s=0.3)
+    assert leaky.verdict.startswith("memory grows"), leaky.summary()
+    assert leaky.rss_slope_mb_per_min > 100  # ~100+ req/s x 256 KB retained per request
+    assert len(leaky.samples) >= 7 and leaky.figure().data
+    summary = leaky.summary()
+    assert {"soak_minutes", "soak_rss_slope_mb_per_min", "soak_verdict"} <= summary.keys()
+
+
+def test_soak_needs_enough_samples():
+    with pytest.raises(ValueError, match="3 samples"):
+        bench.soak("http://127.0.0.1:9/", None, duration_s=2, sample_every_s=1)
+
+
+# --------------------------------------------------------------------------- the `ailab bench http` suite
+
+def test_http_suite_drives_any_endpoint(server):
+    from ailab.suites import http
+
+    url = server(delay_s=0.002)
+    out = http.run(quick=True, argv=[url, "--clients", "3", "--duration", "1", "--warmup", "0.2",
+                                     "--body", '{"text": "good film"}', "--json"])
+    assert out["mode"] == "closed" and out["clients"] == 3 and out["ok"] > 20 and out["device"]
+    out = http.run(argv=[url, "--rate", "40", "--duration", "1", "--warmup", "0.2",
+                         "--body", '[{"text": "a"}, {"text": "b"}]', "--body-list"])
+    assert out["mode"] == "open" and out["rate_rps"] == 40 and out["error_rate"] == 0
+    assert json.dumps(out)  # one flat JSON-able dict
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["http://127.0.0.1:{port}/x"], "cannot reach"),
+    (["http://127.0.0.1:{port}/x", "--body", "not-json"], "2"),  # argparse error: exit status 2
+    ([], "usage"),
+])
+def test_http_suite_bad_input_exits_with_a_message(argv, match):
+    from ailab.suites import http
+
+    port = _free_port()
+    with pytest.raises(SystemExit) as e:
+        http.run(argv=[a.format(port=port) for a in argv])
+    assert match in str(e.value.code)
