@@ -1,0 +1,126 @@
+"""`make test-ui`: the tour as a learner sees it, in a real browser.
+
+Starts JupyterLab on a free loopback port, opens the tour in headless Chromium (Debian's package,
+driven by Playwright through executable_path: Playwright's own browser download cannot work offline),
+runs all cells from the Run menu, asserts that the plotly chart and the widget rendered and that no
+cell raised, and saves a screenshot under build/.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = "notebooks/0_orientation/00_tour.ipynb"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stage_course(dest: Path) -> Path:
+    """A copy of the course to open, so the browser run (and Jupyter's autosave) never touches the repo."""
+    for folder in ("notebooks", "labs", "solutions"):
+        shutil.copytree(ROOT / folder, dest / folder)
+    for name in ("book.yml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def start_jupyter(port: int, token: str, root: Path) -> subprocess.Popen:
+    log = open(ROOT / "build" / "test-ui-jupyter.log", "w")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        + (["--allow-root"] if os.geteuid() == 0 else []),
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"JupyterLab exited early; see {log.name}")
+            time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit("JupyterLab did not answer within 60 s; see build/test-ui-jupyter.log")
+
+
+def run_tour(url: str, screenshot: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar-kernelStatus",
+                               timeout=60_000)
+        time.sleep(2)  # let the kernel finish connecting before the first execute request
+        try:
+            _run_all_and_check(page, screenshot)
+        except Exception:
+            page.screenshot(path=str(screenshot), full_page=False)
+            print(f"test-ui failed; the browser's view is in {screenshot}", file=sys.stderr)
+            raise
+        finally:
+            browser.close()
+
+
+def _run_all_and_check(page, screenshot: Path) -> None:
+    page.get_by_role("menuitem", name="Run").click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    # Done when every code cell shows an execution count and none shows [*].
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
+            return prompts.length > 0 && prompts.every(t => /\\[\\d+\\]/.test(t));
+        }""", timeout=int(os.environ.get('AILAB_UI_TIMEOUT', '240')) * 1000, polling=1000)
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                          ":has-text('Traceback'), .jp-RenderedText:has-text('Traceback (most recent')")
+    plot = page.locator(".js-plotly-plot")
+    widget = page.locator(".jupyter-widgets .widget-text input, .jupyter-widgets input[type='text']")
+    plot.first.wait_for(timeout=30_000)
+    widget.first.wait_for(timeout=30_000)
+    plot.first.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshot), full_page=False)
+    assert errors.count() == 0, "a cell raised; see the screenshot"
+    assert plot.count() >= 1 and widget.count() >= 1
+    # The widget is live: typing redraws the answer through the kernel.
+    widget.first.fill("an utterly joyless, boring film")
+    widget.first.press("Enter")
+    page.wait_for_function("() => document.body.innerText.includes('utterly joyless')", timeout=30_000)
+
+
+def main() -> int:
+    (ROOT / "build").mkdir(exist_ok=True)
+    port, token = free_port(), secrets.token_hex(16)
+    shot = ROOT / "build" / "test-ui-tour.png"
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = start_jupyter(port, token, stage_course(Path(tmp) / "course"))
+        try:
+            run_tour(f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", shot)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(f"test-ui: the tour ran in Chromium; plot and widget rendered; screenshot {shot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
