@@ -1,0 +1,18 @@
+"""The inference server: FastAPI over the DynamicBatcher, with a model registry (topics S3-S11).
+
+    from ailab.server import create_app, start_in_thread, serve_main
+    handle = start_in_thread(create_app())      # MiniLM sentiment, loopback, a free port
+    httpx.post(handle.url + "/v1/predict", json={"inputs": "a fine film"}); handle.stop()
+
+Modules: app (endpoints), registry (LRU + hot swap), validation, metrics (Prometheus, logs),
+predictors (what is served), run (threads and the `ailab serve` command).
+"""
+from ailab.server.app import ServerConfig, create_app
+from ailab.server.metrics import ALERT_RULES
+from ailab.server.predictors import InputTooLongError, TextClassifierPredictor, sentiment_predictor, tiny_predictor
+from ailab.server.registry import ModelLoadError, ModelRegistry, UnknownModelError
+from ailab.server.run import ServerHandle, serve_main, start_in_thread
+
+__all__ = ["ALERT_RULES", "InputTooLongError", "ModelLoadError", "ModelRegistry", "ServerConfig", "ServerHandle",
+           "TextClassifierPredictor", "UnknownModelError", "create_app", "sentiment_predictor", "serve_main",
+           "start_in_thread", "tiny_predictor"]

@@ -1,0 +1,298 @@
+"""create_app(): the inference server as a FastAPI app (topics S3-S11).
+
+One process, one event loop for HTTP, one worker thread per loaded model (inside its
+DynamicBatcher). The handler stays cheap - read bytes, json.loads, submit, write bytes - because
+every millisecond spent on the event loop is a millisecond the GIL is not free for tokenizing.
+
+    POST /v1/predict  {"inputs": "text" | [...], "model": optional}  -> outputs, model, model_sha256, request_id
+    GET  /healthz     liveness: model, weights SHA-256, memory, recent QPS (200 while the process lives)
+    GET  /readyz      200 only once the default model is loaded and warmed, else 503
+    GET  /metrics     Prometheus text format
+    GET  /v1/models   what is registered and loaded
+    POST /admin/models/{name}/swap   hot swap: reload a model beside the old one, switch, drain the old
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from ailab.batching import BatcherClosedError, DeadlineExceededError, QueueFullError
+from ailab.server.metrics import ServerMetrics, log_request, rss_bytes
+from ailab.server.predictors import InputTooLongError
+from ailab.server.registry import ModelLoadError, ModelRegistry, UnknownModelError
+from ailab.server.validation import InvalidRequest, check_content_type, parse_predict
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+@dataclass
+class ServerConfig:
+    max_batch_size: int = 32
+    max_wait_ms: float = 10.0
+    max_queue: int = 256               # texts waiting per model; beyond this: 503 at once
+    request_timeout_s: float = 5.0     # default deadline per request; X-Timeout-Ms may lower it -> 504
+    max_body_bytes: int = 64 * 1024    # -> 413 before the body is parsed
+    max_items: int = 64                # texts per request
+    max_chars: int = 5_000             # characters per text
+    too_long: str = "truncate"         # over the model's max word pieces: "truncate" (flagged) or "reject" (413)
+    api_key: str | None = None         # when set, /v1/* and /metrics need "Authorization: Bearer <key>"
+    fallback: dict | None = None       # degraded answer when no model can serve, e.g. {"label": "unknown"}
+    max_models: int = 2
+    max_model_bytes: int | None = None
+    max_rss_bytes: int | None = None   # memory watermark: above it, 503 instead of taking more work
+    torch_threads: int | None = None   # intra-op threads for each model's worker thread
+    retry_after_s: int = 1
+    warmup: bool = True
+
+    def __post_init__(self):
+        if self.too_long not in ("truncate", "reject"):
+            raise ValueError(f"too_long={self.too_long!r}; choose 'truncate' or 'reject'")
+        for name in ("max_queue", "max_body_bytes", "max_items", "max_chars", "max_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be positive (got {self.request_timeout_s})")
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    registry: ModelRegistry
+    metrics: ServerMetrics
+    ready: bool = False
+    load_error: str | None = None
+    started: float = field(default_factory=time.time)
+    in_flight: int = 0
+    loop: asyncio.AbstractEventLoop | None = None
+    _rss: tuple = (0.0, 0)
+
+    def rss(self) -> int:
+        """Process RSS, sampled at most every 0.5 s (psutil costs ~20 us; not per request)."""
+        now = time.monotonic()
+        if now - self._rss[0] > 0.5:
+            self._rss = (now, rss_bytes())
+        return self._rss[1]
+
+
+def _json(payload: dict, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(json.dumps(payload, ensure_ascii=False).encode(), status_code=status,
+                    media_type="application/json", headers=headers)
+
+
+def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[dict[str, Callable], str]:
+    from ailab.server.predictors import sentiment_predictor
+
+    return {"sentiment": lambda: sentiment_predictor(engine, too_long=too_long)}, "sentiment"
+
+
+def create_app(models: dict[str, Callable[[], object]] | None = None, default_model: str | None = None,
+               config: ServerConfig | None = None, **overrides) -> FastAPI:
+    """The server. `models`: name -> loader() returning a predictor (a batch function with .name,
+    .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier.
+    Keyword overrides set ServerConfig fields: create_app(models, max_batch_size=1)."""
+    config = replace(config or ServerConfig(), **overrides)
+    if models is None:
+        models, default_model = default_models(too_long=config.too_long)
+    default_model = default_model or next(iter(models))
+    holder: dict = {}
+    metrics = ServerMetrics(
+        queue_depth=lambda: sum(e.batcher.queue_depth for e in holder["reg"].loaded.values()),
+        queue_capacity=lambda: config.max_queue * max(1, len(holder["reg"].loaded)),
+        in_flight=lambda: holder["state"].in_flight,
+        models_loaded=lambda: len(holder["reg"].loaded))
+
+    def on_load(entry):
+        metrics.model_load.labels(entry.name).set(entry.load_seconds)
+        metrics.model_warmup.labels(entry.name).set(entry.warmup_seconds)
+
+    registry = ModelRegistry(models, default_model, config.max_models, config.max_model_bytes,
+                             {"max_batch_size": config.max_batch_size, "max_wait_ms": config.max_wait_ms,
+                              "max_queue": config.max_queue}, config.torch_threads, metrics.on_batch, on_load,
+                             config.warmup)
+    state = holder["state"] = ServerState(config, registry, metrics)
+    holder["reg"] = registry
+
+    async def load_default():
+        try:
+            await registry.get(default_model)
+            state.ready = True
+        except Exception as e:  # noqa: BLE001 - the server lives on: readyz says why, fallback may answer
+            state.load_error = f"{type(e).__name__}: {e}"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        state.loop = asyncio.get_running_loop()
+        task = asyncio.create_task(load_default())  # answer /healthz and /readyz (503) while loading
+        yield
+        task.cancel()
+        state.ready = False
+        await registry.close()
+
+    app = FastAPI(title="ailab inference server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.ailab = state
+
+    def authorized(request: Request) -> bool:
+        if not config.api_key:
+            return True
+        got = request.headers.get("authorization", "")
+        got = got[7:] if got.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        return hmac.compare_digest(got.encode(), config.api_key.encode())
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > config.max_body_bytes:
+            raise InvalidRequest(413, f"body is {declared} bytes; the limit is {config.max_body_bytes}")
+        chunks, size = [], 0
+        async for chunk in request.stream():   # also bounds bodies sent without Content-Length
+            size += len(chunk)
+            if size > config.max_body_bytes:
+                raise InvalidRequest(413, f"body is over the {config.max_body_bytes}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def deadline_for(request: Request) -> float:
+        timeout = config.request_timeout_s
+        asked = request.headers.get("x-timeout-ms")
+        if asked is not None:
+            try:
+                timeout = min(timeout, max(0.0, float(asked)) / 1e3)
+            except ValueError:
+                raise InvalidRequest(400, "X-Timeout-Ms must be a number of milliseconds") from None
+        return time.monotonic() + timeout
+
+    async def infer(req, deadline: float, priority: int):
+        """Submit each text; retry once on a batcher closed by a hot swap or an eviction."""
+        for attempt in range(2):
+            entry = await registry.get(req.model)
+            try:
+                subs = [entry.batcher.submit(t, priority=priority, deadline=deadline) for t in req.texts]
+                outputs = [await subs[0]] if len(subs) == 1 else await asyncio.gather(*subs)
+                return entry, outputs
+            except BatcherClosedError:
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def error(status: int, message: str, rid: str, headers: dict | None = None) -> Response:
+        return _json({"error": message, "status": status, "request_id": rid}, status, headers)
+
+    @app.post("/v1/predict")
+    async def predict(request: Request) -> Response:
+        t0 = time.perf_counter()
+        rid = request.headers.get("x-request-id", "")
+        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
+        state.in_flight += 1
+        req, status, model_name, err = None, 500, None, None
+        try:
+            if not authorized(request):
+                status, err = 401, "missing or wrong API key (send Authorization: Bearer <key>)"
+                return error(status, err, rid, {"WWW-Authenticate": "Bearer"})
+            check_content_type(request.headers.get("content-type"))
+            req = parse_predict(await read_body(request), config.max_items, config.max_chars)
+            deadline = deadline_for(request)
+            priority = int(request.headers.get("x-priority", "0")) if request.headers.get(
+                "x-priority", "0").lstrip("-").isdigit() else 0
+            if config.max_rss_bytes and state.rss() > config.max_rss_bytes:
+                status, err = 503, "server memory is over its watermark; retry later"
+                return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
+            try:
+                entry, outputs = await infer(req, deadline, priority)
+            except (InvalidRequest, UnknownModelError, QueueFullError, DeadlineExceededError, InputTooLongError):
+                raise
+            except Exception as e:  # noqa: BLE001 - the model cannot serve: degrade if configured
+                if config.fallback is None:
+                    raise
+                status, model_name, err = 200, "fallback", f"{type(e).__name__}: {e}"
+                metrics.degraded.inc()
+                return _json({"outputs": [dict(config.fallback) for _ in req.texts], "model": "fallback",
+                              "model_sha256": None, "request_id": rid, "degraded": True})
+            n_trunc = sum(1 for o in outputs if isinstance(o, dict) and o.get("truncated"))
+            metrics.inputs.inc(len(outputs))
+            if n_trunc:
+                metrics.truncated.inc(n_trunc)
+            status, model_name = 200, entry.name
+            return _json({"outputs": outputs, "model": entry.name, "model_sha256": entry.sha256,
+                          "request_id": rid})
+        except InvalidRequest as e:
+            status, err = e.status, e.message
+            return error(status, err, rid)
+        except UnknownModelError as e:
+            status, err = 404, str(e)
+            return error(status, err, rid)
+        except InputTooLongError as e:
+            status, err = 413, str(e)
+            return error(status, err, rid)
+        except QueueFullError:
+            status, err = 503, "server is at capacity (queue full); retry after the Retry-After seconds"
+            return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
+        except DeadlineExceededError:
+            status, err = 504, "the request's deadline passed before the model got to it"
+            return error(status, err, rid)
+        except ModelLoadError as e:
+            status, err = 503, str(e)
+            return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
+        except Exception as e:  # noqa: BLE001 - one bad request must not take the server down
+            status, err = 500, f"inference failed: {type(e).__name__}"
+            return error(status, err, rid)
+        finally:
+            state.in_flight -= 1
+            seconds = time.perf_counter() - t0
+            metrics.on_request(status, seconds)
+            log_request(rid, status, seconds, req.texts if req else None, model_name, err)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        entry = registry.loaded.get(registry.default)
+        return _json({"status": "ok", "ready": state.ready, "model": entry.predictor.name if entry else None,
+                      "model_sha256": entry.sha256 if entry else None, "engine": getattr(
+                          entry.predictor, "engine", None) if entry else None,
+                      "models_loaded": sorted(registry.loaded), "rss_bytes": state.rss(),
+                      "recent_qps": round(metrics.recent_qps(), 2), "in_flight": state.in_flight,
+                      "uptime_s": round(time.time() - state.started, 1), "load_error": state.load_error,
+                      "pid": os.getpid()})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if state.ready:
+            return _json({"ready": True, "model": registry.default})
+        reason = state.load_error or "the model is still loading and warming up"
+        return _json({"ready": False, "reason": reason}, 503, {"Retry-After": str(config.retry_after_s)})
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        if not authorized(request):
+            return error(401, "missing or wrong API key", "-", {"WWW-Authenticate": "Bearer"})
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def list_models(request: Request) -> Response:
+        if not authorized(request):
+            return error(401, "missing or wrong API key", "-", {"WWW-Authenticate": "Bearer"})
+        return _json({"registered": registry.names(), "default": registry.default,
+                      "loaded": [e.describe() for e in registry.loaded.values()], "evictions": registry.evictions})
+
+    @app.post("/admin/models/{name}/swap")
+    async def swap(name: str, request: Request) -> Response:
+        """Hot swap: reload `name` from its registered loader (e.g. new weights on disk) without dropping requests."""
+        if not authorized(request):
+            return error(401, "missing or wrong API key", "-", {"WWW-Authenticate": "Bearer"})
+        try:
+            entry = await registry.swap(name)
+        except UnknownModelError as e:
+            return error(404, str(e), "-")
+        except ModelLoadError as e:
+            return error(500, f"swap refused, the old version keeps serving: {e}", "-")
+        return _json({"swapped": name, **entry.describe()})
+
+    return app

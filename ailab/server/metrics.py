@@ -1,0 +1,141 @@
+"""What the server reports about itself: Prometheus metrics, JSON-lines logs, recent QPS (S8-S10).
+
+Metric names follow Prometheus conventions (unit suffixes, _total for counters). Each app gets
+its own CollectorRegistry, so several servers in one process (tests, notebooks) do not collide.
+Logs carry a request id, the input length and a SHA-256 prefix - never the text itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import deque
+
+import psutil
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128)
+
+# Alert rules over these metrics (Prometheus rule-file format), topic S9.
+ALERT_RULES = """\
+groups:
+  - name: ailab-serving
+    rules:
+      - alert: HighP99Latency
+        expr: histogram_quantile(0.99, sum(rate(ailab_request_latency_seconds_bucket[5m])) by (le)) > 0.2
+        for: 5m
+        labels: {severity: page}
+        annotations:
+          summary: "p99 latency above 200 ms for 5 minutes"
+      - alert: HighErrorRate
+        expr: sum(rate(ailab_requests_total{status=~"5.."}[5m])) / sum(rate(ailab_requests_total[5m])) > 0.01
+        for: 5m
+        labels: {severity: page}
+        annotations:
+          summary: "more than 1% of requests answered 5xx"
+      - alert: QueueNearlyFull
+        expr: ailab_queue_depth / ailab_queue_capacity > 0.8
+        for: 2m
+        labels: {severity: ticket}
+        annotations:
+          summary: "the batcher queue is over 80% full: add capacity or shed load"
+      - alert: ServingDegraded
+        expr: increase(ailab_degraded_total[5m]) > 0
+        labels: {severity: page}
+        annotations:
+          summary: "fallback answers are being served: no model can serve"
+"""
+
+
+def rss_bytes() -> int:
+    return psutil.Process().memory_info().rss
+
+
+class ServerMetrics:
+    def __init__(self, queue_depth=lambda: 0, queue_capacity=lambda: 0, in_flight=lambda: 0, models_loaded=lambda: 0):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("ailab_requests", "Requests answered, by HTTP status", ["status"], registry=r)
+        self.latency = Histogram("ailab_request_latency_seconds", "Time from request read to answer",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_wait = Histogram("ailab_queue_wait_seconds", "Time a text waited in the batcher queue",
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_compute = Histogram("ailab_batch_compute_seconds", "Time to compute one batch on the worker",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_size = Histogram("ailab_batch_size", "Texts per batch", buckets=BATCH_BUCKETS, registry=r)
+        self.inputs = Counter("ailab_inputs", "Texts received", registry=r)
+        self.truncated = Counter("ailab_inputs_truncated", "Texts cut to the model's maximum length", registry=r)
+        self.degraded = Counter("ailab_degraded", "Requests answered with the fallback", registry=r)
+        self.model_load = Gauge("ailab_model_load_seconds", "Seconds to load (not warm) each model", ["model"],
+                                registry=r)
+        self.model_warmup = Gauge("ailab_model_warmup_seconds", "Seconds to warm up each model", ["model"], registry=r)
+        Gauge("ailab_in_flight", "Requests being handled now", registry=r).set_function(in_flight)
+        Gauge("ailab_queue_depth", "Texts waiting in the batcher queues", registry=r).set_function(queue_depth)
+        Gauge("ailab_queue_capacity", "Most texts the queues accept", registry=r).set_function(queue_capacity)
+        Gauge("ailab_models_loaded", "Models in memory", registry=r).set_function(models_loaded)
+        Gauge("ailab_process_resident_memory_bytes", "Resident memory of the server process",
+              registry=r).set_function(rss_bytes)
+        self._done = deque()  # completion times, for recent QPS
+
+    def on_batch(self, size: int, waits_ms: list, compute_s: float) -> None:
+        self.batch_size.observe(size)
+        self.batch_compute.observe(compute_s)
+        for w in waits_ms:
+            self.queue_wait.observe(w / 1e3)
+
+    def on_request(self, status: int, seconds: float) -> None:
+        self.requests.labels(str(status)).inc()
+        self.latency.observe(seconds)
+        now = time.monotonic()
+        self._done.append(now)
+        while self._done and self._done[0] < now - 10.0:
+            self._done.popleft()
+
+    def recent_qps(self, window_s: float = 10.0) -> float:
+        now = time.monotonic()
+        return sum(1 for t in self._done if t >= now - window_s) / window_s
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class JsonLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": round(record.created, 3), "level": record.levelname.lower(), "msg": record.getMessage()}
+        entry.update(getattr(record, "fields", {}))
+        return json.dumps(entry, ensure_ascii=False)
+
+
+ACCESS_LOG = logging.getLogger("ailab.server.access")
+
+
+def input_fingerprint(texts: list[str]) -> str:
+    """First 12 hex digits of SHA-256 over the texts: enough to spot repeats, useless to read them."""
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8", "replace"))
+        h.update(b"\x00")
+    return h.hexdigest()[:12]
+
+
+def log_request(request_id: str, status: int, seconds: float, texts: list[str] | None, model: str | None,
+                error: str | None = None) -> None:
+    if not ACCESS_LOG.isEnabledFor(logging.INFO):
+        return
+    fields = {"request_id": request_id, "status": status, "latency_ms": round(seconds * 1e3, 2), "model": model}
+    if texts is not None:
+        fields.update(n_inputs=len(texts), input_chars=sum(len(t) for t in texts),
+                      input_sha256_prefix=input_fingerprint(texts))
+    if error:
+        fields["error"] = error[:200]
+    ACCESS_LOG.info("predict", extra={"fields": fields})
+
+
+def configure_json_logging(stream=None, level: int = logging.INFO) -> logging.Handler:
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonLineFormatter())
+    ACCESS_LOG.addHandler(handler)
+    ACCESS_LOG.setLevel(level)
+    ACCESS_LOG.propagate = False
+    return handler

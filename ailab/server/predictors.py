@@ -1,0 +1,154 @@
+"""What the server serves: a text classifier as one batch function, texts -> per-text results.
+
+The predictor runs on the batcher's worker thread and does the whole per-batch job there:
+tokenize (padding to the longest text in THIS batch), forward, softmax. Tokenizing per batch in
+the worker keeps the event loop free and pays the tokenizer's per-call overhead once per batch.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class InputTooLongError(ValueError):
+    """A text has more word pieces than the model takes and the server is set to refuse it (HTTP 413)."""
+
+
+def state_sha256(model: nn.Module) -> str:
+    """SHA-256 over every tensor of a state dict (names and bytes): the identity of the weights in memory."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)  # (B, C); minus the max so exp() cannot overflow
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def torch_forward(model: nn.Module) -> Callable[[dict], np.ndarray]:
+    """A forward function over numpy token arrays, through ailab.engine's TorchRunner when present."""
+    try:
+        from ailab.engine import TorchRunner
+
+        runner = TorchRunner(model, name=f"torch-{type(model).__name__}", device="cpu")
+        return runner.run
+    except ImportError:  # the engine layer is optional for the server
+        model = model.eval()
+
+        @torch.inference_mode()
+        def run(batch):
+            return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).float().numpy()
+
+        return run
+
+
+class TextClassifierPredictor:
+    """texts -> [{"label", "score", "probs", "truncated"} | InputTooLongError], one batch at a time.
+
+    too_long: "truncate" keeps the first max_length word pieces and flags the output;
+              "reject" fails that text alone with InputTooLongError.
+    """
+
+    def __init__(self, forward: Callable[[dict], np.ndarray], tokenizer, labels: Sequence[str], name: str,
+                 sha256: str, max_length: int = 64, too_long: str = "truncate", engine: str = "torch",
+                 n_bytes: int = 0, load_seconds: float = 0.0):
+        if too_long not in ("truncate", "reject"):
+            raise ValueError(f"too_long={too_long!r}; choose 'truncate' or 'reject'")
+        if not 2 <= max_length <= 512:
+            raise ValueError(f"max_length must be between 2 and 512 word pieces, got {max_length}")
+        self.forward, self.tokenizer, self.labels = forward, tokenizer, list(labels)
+        self.name, self.sha256, self.max_length, self.too_long = name, sha256, max_length, too_long
+        self.engine, self.n_bytes, self.load_seconds = engine, n_bytes, load_seconds
+
+    def tokenize(self, texts: list[str]) -> tuple[dict[str, np.ndarray], list[bool]]:
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+        truncated = [bool(e.overflowing) for e in enc.encodings]  # fast tokenizer keeps what it cut off
+        batch = {"input_ids": enc["input_ids"].astype(np.int64),             # (B, T)
+                 "attention_mask": enc["attention_mask"].astype(np.int64)}   # (B, T)
+        return batch, truncated
+
+    def __call__(self, texts: list[str]) -> list:
+        batch, truncated = self.tokenize(list(texts))
+        out: list = [None] * len(texts)
+        keep = list(range(len(texts)))
+        if self.too_long == "reject":
+            keep = [i for i in keep if not truncated[i]]
+            for i in set(range(len(texts))) - set(keep):
+                out[i] = InputTooLongError(f"text has more than {self.max_length} word pieces, the most "
+                                           f"{self.name} takes; shorten it (this server refuses, not truncates)")
+            if not keep:
+                return out
+            batch = {k: v[keep] for k, v in batch.items()}
+        probs = _softmax(np.asarray(self.forward(batch), dtype=np.float32))  # (B, C)
+        for row, i in enumerate(keep):
+            p = probs[row]
+            k = int(p.argmax())
+            out[i] = {"label": self.labels[k], "score": round(float(p[k]), 6),
+                      "probs": [round(float(x), 6) for x in p], "truncated": truncated[i]}
+        return out
+
+    def warmup(self, max_batch_size: int = 32) -> float:
+        """Run the shapes the server will see once, so the first real request does not pay for them."""
+        t0 = time.perf_counter()
+        for n in sorted({1, max_batch_size}):
+            self(["warm-up text for the model"] * n)
+        return time.perf_counter() - t0
+
+    def verify(self) -> None:
+        """A cheap self-test before a model takes traffic: shapes, finite probabilities that sum to 1."""
+        probe = ["a wonderful, moving film", "dull and far too long", "x"]
+        res = self(probe)
+        if len(res) != len(probe) or any(not isinstance(r, dict) for r in res):
+            raise RuntimeError(f"{self.name}: self-test returned {res!r}")
+        for r in res:
+            p = np.asarray(r["probs"])
+            if p.shape != (len(self.labels),) or not np.all(np.isfinite(p)) or abs(p.sum() - 1) > 1e-3:
+                raise RuntimeError(f"{self.name}: self-test probabilities look wrong: {r['probs']}")
+
+
+def _n_bytes(model: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+
+
+def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncate") -> TextClassifierPredictor:
+    """A ~1.5 M-parameter random BERT + linear head: loads in well under a second, for fast tests."""
+    from ailab.models import SentimentClassifier, tiny_bert
+
+    t0 = time.perf_counter()
+    enc = tiny_bert(seed=seed)
+    torch.manual_seed(seed)
+    model = SentimentClassifier(enc.model, nn.Linear(enc.model.config.hidden_size, 2)).eval()
+    return TextClassifierPredictor(torch_forward(model), enc.tokenizer, ["negative", "positive"],
+                                   f"tiny-seed{seed}", state_sha256(model), max_length, too_long, "torch",
+                                   _n_bytes(model), time.perf_counter() - t0)
+
+
+def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: str = "truncate",
+                        trained=None, threads: int | None = None) -> TextClassifierPredictor:
+    """The course's MiniLM sentiment classifier on engine torch (fp32), onnx (fp32) or int8 (ONNX dynamic INT8)."""
+    from ailab.models import sentiment_classifier
+
+    if engine not in ("torch", "onnx", "int8"):
+        raise ValueError(f"engine={engine!r}; choose torch, onnx or int8")
+    t0 = time.perf_counter()
+    trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
+    model = trained.model.eval()
+    if engine == "torch":
+        forward = torch_forward(model)
+    else:
+        from ailab.engine import sentiment_runner  # ONNX export and INT8 live in the engine layer
+
+        forward = sentiment_runner("onnx", "int8" if engine == "int8" else "fp32", threads=threads,
+                                   max_length=max_length, trained=trained).runner.run
+    return TextClassifierPredictor(forward, trained.encoder.tokenizer, list(trained.split.classes),
+                                   "minilm-sentiment", state_sha256(model), max_length, too_long, engine,
+                                   _n_bytes(model), time.perf_counter() - t0)

@@ -1,0 +1,167 @@
+"""Several models behind one server: loaded on demand, evicted least-recently-used, swapped hot (S7, H6).
+
+Each loaded model owns one DynamicBatcher, hence one worker thread and one copy of the weights.
+Hot swap: load the new version BESIDE the old one, verify it, switch the name to it in one
+assignment (the event loop is single-threaded, so no request sees half a switch), then close the
+old batcher with drain=True: requests already queued on it finish on the old weights.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ailab.batching import DynamicBatcher
+
+
+class UnknownModelError(KeyError):
+    """The request named a model this server does not have (HTTP 404)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded or failed its self-test."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    predictor: object
+    batcher: DynamicBatcher
+    version: int
+    load_seconds: float
+    warmup_seconds: float
+    loaded_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def sha256(self) -> str:
+        return self.predictor.sha256
+
+    @property
+    def n_bytes(self) -> int:
+        return int(getattr(self.predictor, "n_bytes", 0))
+
+    def describe(self) -> dict:
+        return {"name": self.name, "model": self.predictor.name, "sha256": self.sha256, "version": self.version,
+                "engine": getattr(self.predictor, "engine", "?"), "bytes": self.n_bytes,
+                "load_seconds": round(self.load_seconds, 3), "warmup_seconds": round(self.warmup_seconds, 3),
+                "queue_depth": self.batcher.queue_depth}
+
+
+def _worker_init(threads: int | None):
+    def init():
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)  # intra-op threads of THIS (the model's) thread
+    return init
+
+
+class ModelRegistry:
+    """name -> loader() -> predictor. `max_models` and `max_bytes` bound what stays loaded."""
+
+    def __init__(self, loaders: dict[str, Callable[[], object]], default: str, max_models: int = 2,
+                 max_bytes: int | None = None, batcher_kwargs: dict | None = None, torch_threads: int | None = None,
+                 on_batch=None, on_load=None, warmup: bool = True):
+        if default not in loaders:
+            raise ValueError(f"default model {default!r} is not among the loaders {sorted(loaders)}")
+        if max_models < 1:
+            raise ValueError(f"max_models must be at least 1 (got {max_models})")
+        self.loaders, self.default = dict(loaders), default
+        self.max_models, self.max_bytes = max_models, max_bytes
+        self.batcher_kwargs = dict(batcher_kwargs or {})
+        self.torch_threads, self.on_batch, self.on_load, self.warmup = torch_threads, on_batch, on_load, warmup
+        self.loaded: dict[str, LoadedModel] = {}
+        self.evictions = 0
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._versions: dict[str, int] = {}
+        self._closing: set = set()
+
+    def names(self) -> list[str]:
+        return sorted(self.loaders)
+
+    async def get(self, name: str | None = None) -> LoadedModel:
+        """The loaded model for `name` (default if None), loading it first if needed."""
+        name = name or self.default
+        if name not in self.loaders:
+            raise UnknownModelError(f"unknown model {name!r}; this server has {self.names()}")
+        entry = self.loaded.get(name)
+        if entry is None:
+            lock = self._locks.setdefault(name, asyncio.Lock())
+            async with lock:                       # two first requests must not load it twice
+                entry = self.loaded.get(name)
+                if entry is None:
+                    entry = await self._build(name, self.loaders[name])
+                    self._make_room(entry)
+                    self.loaded[name] = entry
+        entry.last_used = time.monotonic()
+        return entry
+
+    async def _build(self, name: str, loader: Callable[[], object], verify: bool = False) -> LoadedModel:
+        t0 = time.perf_counter()
+        try:
+            predictor = await asyncio.to_thread(loader)
+        except Exception as e:  # noqa: BLE001 - reported as a load error with its cause
+            raise ModelLoadError(f"loading model {name!r} failed: {type(e).__name__}: {e}") from e
+        load_s = time.perf_counter() - t0
+        kw = dict(self.batcher_kwargs)
+        batcher = DynamicBatcher(predictor, worker_init=_worker_init(self.torch_threads), on_batch=self.on_batch,
+                                 name=f"batcher-{name}", **kw)
+        try:
+            warm_s = 0.0
+            if verify and hasattr(predictor, "verify"):
+                await batcher.run_in_worker(predictor.verify)
+            if self.warmup and hasattr(predictor, "warmup"):
+                warm_s = await batcher.run_in_worker(predictor.warmup, batcher.max_batch_size)
+        except Exception as e:  # noqa: BLE001
+            await batcher.close(drain=False)
+            raise ModelLoadError(f"model {name!r} failed its self-test: {type(e).__name__}: {e}") from e
+        self._versions[name] = self._versions.get(name, 0) + 1
+        entry = LoadedModel(name, predictor, batcher, self._versions[name], load_s, warm_s)
+        if self.on_load:
+            self.on_load(entry)
+        return entry
+
+    def _make_room(self, incoming: LoadedModel) -> None:
+        """Evict least-recently-used models until `incoming` fits the count and memory budgets."""
+        def over():
+            n = len(self.loaded) + 1
+            used = sum(e.n_bytes for e in self.loaded.values()) + incoming.n_bytes
+            return n > self.max_models or (self.max_bytes is not None and used > self.max_bytes)
+
+        while self.loaded and over():
+            victim = min(self.loaded.values(), key=lambda e: e.last_used)
+            del self.loaded[victim.name]
+            self.evictions += 1
+            self._retire(victim)
+
+    def _retire(self, entry: LoadedModel) -> None:
+        task = asyncio.get_running_loop().create_task(entry.batcher.close(drain=True))  # in-flight finish
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def swap(self, name: str, loader: Callable[[], object] | None = None) -> LoadedModel:
+        """Hot swap: load `loader` (default: the registered one, reloaded) beside the current version,
+        verify and warm it, switch atomically, and let the old version drain. Keeps the old on failure."""
+        if name not in self.loaders:
+            raise UnknownModelError(f"unknown model {name!r}; this server has {self.names()}")
+        loader = loader or self.loaders[name]
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            new = await self._build(name, loader, verify=True)  # raises ModelLoadError; old keeps serving
+            old = self.loaded.get(name)
+            if old is None:
+                self._make_room(new)
+            self.loaded[name] = new                             # the atomic switch
+            self.loaders[name] = loader
+            if old is not None:
+                self._retire(old)
+        return new
+
+    async def close(self) -> None:
+        entries, self.loaded = list(self.loaded.values()), {}
+        await asyncio.gather(*(e.batcher.close(drain=True) for e in entries), *list(self._closing))

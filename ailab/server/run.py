@@ -1,0 +1,136 @@
+"""Starting the server: in a background thread (notebooks, tests, benchmarks) or from `ailab serve`.
+
+start_in_thread() binds a socket first (port 0 = a free one), so the caller knows the URL
+before uvicorn starts and two notebooks never fight over port 8000.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import uvicorn
+
+
+@dataclass
+class ServerHandle:
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+    app: object
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Graceful: stop accepting, let in-flight requests finish, drain the batchers (lifespan exit)."""
+        self.server.should_exit = True
+        self.thread.join(timeout)
+
+    def call(self, coro_fn, timeout: float = 120.0):
+        """Run `await coro_fn()` on the server's event loop (e.g. a registry swap) and return its result."""
+        import asyncio
+
+        loop = self.app.state.ailab.loop
+        return asyncio.run_coroutine_threadsafe(coro_fn(), loop).result(timeout)
+
+    @property
+    def state(self):
+        return self.app.state.ailab
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_in_thread(app, host: str = "127.0.0.1", port: int = 0, wait_ready: bool = True,
+                    timeout: float = 180.0, log_level: str = "warning") -> ServerHandle:
+    """Run `app` under uvicorn in a daemon thread; return once it answers (and /readyz says 200)."""
+    import httpx
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
+                            backlog=2048)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
+                              name=f"uvicorn-{port}")
+    thread.start()
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    handle = ServerHandle(url, server, thread, app)
+    t_end = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > t_end:
+            raise RuntimeError(f"the server at {url} did not start (see the log above)")
+        time.sleep(0.02)
+    if wait_ready:
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                r = client.get(url + "/readyz")
+                if r.status_code == 200:
+                    break
+                reason = r.json().get("reason", "")
+                if "Error" in reason or time.monotonic() > t_end:
+                    handle.stop()
+                    raise RuntimeError(f"the server at {url} did not become ready: {reason}")
+                time.sleep(0.05)
+    return handle
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
+    p.add_argument("--engine", choices=["torch", "onnx", "int8"], default="torch")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=10.0)
+    p.add_argument("--max-queue", type=int, default=256)
+    p.add_argument("--timeout-s", type=float, default=5.0, help="default per-request deadline (504 after it)")
+    p.add_argument("--too-long", choices=["truncate", "reject"], default="truncate")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/* and /metrics")
+    p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
+    p.add_argument("--torch-threads", type=int, default=None)
+    p.add_argument("--quiet", action="store_true", help="no JSON access log on stderr")
+    return p
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    from ailab.server.app import create_app, default_models
+    from ailab.server.metrics import configure_json_logging
+
+    args = build_parser().parse_args(argv)
+    if not _is_loopback(args.host) and not args.api_key:
+        print(f"warning: binding {args.host} (not loopback) without --api-key: anyone who can reach it can use it",
+              file=sys.stderr)
+    if not args.quiet:
+        configure_json_logging(sys.stderr)
+    models, default = default_models(args.engine, args.too_long)
+    app = create_app(models, default, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                     max_queue=args.max_queue, request_timeout_s=args.timeout_s, too_long=args.too_long,
+                     api_key=args.api_key, torch_threads=args.torch_threads,
+                     fallback={"label": args.fallback_label, "score": None} if args.fallback_label else None)
+    print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
+    handle = start_in_thread(app, args.host, args.port, log_level="warning")
+    print(f"ailab server ready at {handle.url}  (POST {handle.url}/v1/predict, GET /healthz /readyz /metrics)",
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: handle.server.__setattr__("should_exit", True))
+    try:
+        while handle.thread.is_alive():
+            handle.thread.join(0.5)
+    except KeyboardInterrupt:
+        print("shutting down: draining in-flight requests ...", file=sys.stderr)
+        handle.stop()
+    return 0

@@ -1,0 +1,236 @@
+"""`ailab bench serving`: does dynamic batching pay on this machine, and how close does the server get
+to the model's own throughput?
+
+Everything is measured in one run, on the same texts, the same engine and the same model object:
+  model alone   per-item time at batch 1 and at max_batch_size (-> batching_ceiling, model_items_per_s)
+  batched       the ailab server, DynamicBatcher(max_batch_size, max_wait_ms), 32 closed-loop HTTP clients
+  unbatched     the same server with max_batch_size=1
+  naive         a plain FastAPI `def` endpoint that runs the model per request (threadpool, no batcher)
+  batcher_noop  the batcher alone, in-process, with a no-op model (its own overhead ceiling)
+
+The HTTP clients run in a separate process (`python -m ailab.suites.serving --client`), so their JSON
+and socket work does not share the server's GIL; they still share the 2 CPU cores, as a sidecar would.
+The load generator here is a minimal closed loop (httpx.AsyncClient, one task per client).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+from pydantic import BaseModel
+
+
+class NaiveBody(BaseModel):
+    inputs: str | list[str]
+
+
+# ----------------------------------------------------------------------------- load generation
+
+async def closed_loop_http(url: str, texts: list[str], concurrency: int = 32, duration_s: float = 10.0,
+                           warmup_s: float = 2.0, timeout_s: float = 30.0, headers: dict | None = None) -> dict:
+    """`concurrency` clients, each POSTing its next text as soon as the last answer arrives.
+
+    Only requests *sent* inside the measurement window count; their latencies and statuses are returned.
+    """
+    import httpx
+
+    if concurrency < 1 or duration_s <= 0 or not texts:
+        raise ValueError("closed_loop_http needs concurrency >= 1, duration_s > 0 and at least one text")
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    latencies, statuses = [], {}
+    start = time.monotonic()
+    measure_from, stop_at = start + warmup_s, start + warmup_s + duration_s
+    async with httpx.AsyncClient(limits=limits, timeout=timeout_s, headers=headers) as client:
+        async def one_client(k: int):
+            i = k
+            while time.monotonic() < stop_at:
+                body = json.dumps({"inputs": texts[i % len(texts)]}).encode()
+                t0 = time.monotonic()
+                try:
+                    r = await client.post(url, content=body, headers={"content-type": "application/json"})
+                    code = r.status_code
+                except httpx.HTTPError as e:
+                    code = type(e).__name__
+                if t0 >= measure_from:
+                    statuses[str(code)] = statuses.get(str(code), 0) + 1
+                    if code == 200:
+                        latencies.append((time.monotonic() - t0) * 1e3)
+                i += concurrency
+
+        await asyncio.gather(*(one_client(k) for k in range(concurrency)))
+    lat = np.asarray(latencies) if latencies else np.asarray([np.nan])
+    return {"ok": len(latencies), "rps": len(latencies) / duration_s, "statuses": statuses,
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "latencies_ms": latencies}
+
+
+def closed_loop_http_subprocess(url: str, texts: list[str], concurrency: int = 32, duration_s: float = 10.0,
+                                warmup_s: float = 2.0, headers: dict | None = None) -> dict:
+    """closed_loop_http in a child Python process (its own GIL), result returned as a dict."""
+    spec = {"url": url, "texts": texts, "concurrency": concurrency, "duration_s": duration_s,
+            "warmup_s": warmup_s, "headers": headers}
+    proc = subprocess.run([sys.executable, "-m", "ailab.suites.serving", "--client"], input=json.dumps(spec),
+                          capture_output=True, text=True, timeout=warmup_s + duration_s + 120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"load client failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def _client_main() -> None:
+    spec = json.loads(sys.stdin.read())
+    url = spec.pop("url")
+    print(json.dumps(asyncio.run(closed_loop_http(url, **spec))))
+
+
+# ----------------------------------------------------------------------------- what is measured
+
+def bench_texts(n: int = 512, min_words: int = 8, max_words: int = 40, seed: int = 0) -> list[str]:
+    """Rotten Tomatoes snippets of 8-40 words, in a fixed shuffled order."""
+    from ailab.data import sentiment
+
+    split = sentiment()
+    pool = [t for t in list(split.X_train) + list(split.X_test) if min_words <= len(t.split()) <= max_words]
+    rng = np.random.default_rng(seed)
+    return [pool[i] for i in rng.permutation(len(pool))[:n]]
+
+
+def model_alone(predictor, texts: list[str], batch_size: int, seconds: float = 4.0) -> dict:
+    """Per-item time of the predictor (tokenize + forward + softmax) at batch 1 and at batch_size."""
+    from ailab.timing import measure_latency
+
+    it = iter(range(10 ** 9))
+
+    def run(b):
+        i = next(it) * b
+        chunk = [texts[(i + j) % len(texts)] for j in range(b)]
+        return lambda: predictor(chunk)
+
+    def timed(b):
+        chunks = [run(b) for _ in range(64)]
+        k = iter(range(10 ** 9))
+        return measure_latency(lambda: chunks[next(k) % len(chunks)](), iters=400, warmup=3, max_seconds=seconds / 2)
+
+    one, full = timed(1), timed(batch_size)
+    per_item_1, per_item_b = one.p50_ms, full.p50_ms / batch_size
+    return {"per_item_ms_b1": per_item_1, "per_item_ms_bmax": per_item_b, "batch_ms": full.p50_ms,
+            "batching_ceiling": per_item_1 / per_item_b, "model_items_per_s": 1e3 / per_item_b}
+
+
+def naive_app(predictor):
+    """The plain way: a FastAPI `def` endpoint runs the model per request in FastAPI's threadpool."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    tokenizer_lock = threading.Lock()   # a fast tokenizer used from several threads at once raises "Already borrowed"
+    tokenize = predictor.tokenize
+
+    def locked_tokenize(texts):
+        with tokenizer_lock:
+            return tokenize(texts)
+
+    predictor_copy = type(predictor).__new__(type(predictor))
+    predictor_copy.__dict__.update(predictor.__dict__)
+    predictor_copy.tokenize = locked_tokenize
+
+    @app.post("/v1/predict")
+    def predict(body: NaiveBody):
+        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        return {"outputs": predictor_copy(texts)}
+
+    @app.get("/readyz")
+    def ready():
+        return {"ready": True}
+
+    return app
+
+
+def batcher_noop_rps(seconds: float = 2.0, max_batch_size: int = 32, concurrency: int = 256) -> float:
+    from ailab.batching import DynamicBatcher, closed_loop, run_sync
+
+    async def main():
+        b = DynamicBatcher(lambda xs: xs, max_batch_size=max_batch_size, max_wait_ms=2, max_queue=4 * concurrency)
+        r = await closed_loop(b, list(range(1000)), concurrency, seconds, warmup_s=0.3)
+        await b.close()
+        return r["rps"]
+
+    return run_sync(main)
+
+
+def serve_and_load(app, texts, concurrency, duration_s, warmup_s) -> dict:
+    from ailab.server import start_in_thread
+
+    handle = start_in_thread(app)
+    try:
+        result = closed_loop_http_subprocess(handle.url + "/v1/predict", texts, concurrency, duration_s, warmup_s)
+        state = getattr(app.state, "ailab", None)
+        if state is not None:
+            result["batcher"] = {k: e.batcher.stats.as_dict() for k, e in state.registry.loaded.items()}
+        return result
+    finally:
+        handle.stop()
+
+
+def run(quick: bool = False, argv: list[str] | None = None) -> dict:
+    import torch
+
+    from ailab.device import describe_hardware
+    from ailab.models import sentiment_classifier
+    from ailab.server import create_app, sentiment_predictor
+
+    p = argparse.ArgumentParser(prog="ailab bench serving")
+    p.add_argument("--engine", choices=["torch", "onnx", "int8"], default="torch")
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=10.0)
+    p.add_argument("--seconds", type=float, default=None, help="measurement window per server")
+    args = p.parse_args(argv or [])
+    duration, warmup = (args.seconds or (5.0 if quick else 20.0)), (1.5 if quick else 3.0)
+    t_start = time.perf_counter()
+    threads = max(1, torch.get_num_threads())
+    texts = bench_texts()
+    predictor = sentiment_predictor(args.engine, trained=sentiment_classifier(), threads=threads)
+    torch.set_num_threads(threads)
+    alone = model_alone(predictor, texts, args.max_batch_size, seconds=3.0 if quick else 8.0)
+
+    def server(max_batch_size):
+        return create_app({"sentiment": lambda: predictor}, "sentiment", max_batch_size=max_batch_size,
+                          max_wait_ms=args.max_wait_ms, max_queue=1024, request_timeout_s=30.0,
+                          torch_threads=threads)
+
+    app = server(args.max_batch_size)
+    batched = serve_and_load(app, texts, args.clients, duration, warmup)
+    unbatched = serve_and_load(server(1), texts, args.clients, duration, warmup)
+    naive = serve_and_load(naive_app(predictor), texts, args.clients, duration, warmup)
+    noop = batcher_noop_rps(1.0 if quick else 3.0, args.max_batch_size)
+    bstats = batched.get("batcher", {}).get("sentiment", {})
+    return {
+        "batched_rps": batched["rps"], "batched_p50_ms": batched["p50_ms"], "batched_p99_ms": batched["p99_ms"],
+        "unbatched_rps": unbatched["rps"], "unbatched_p50_ms": unbatched["p50_ms"],
+        "unbatched_p99_ms": unbatched["p99_ms"],
+        "naive_rps": naive["rps"], "naive_p50_ms": naive["p50_ms"], "naive_p99_ms": naive["p99_ms"],
+        "batching_gain": batched["rps"] / unbatched["rps"] if unbatched["rps"] else float("nan"),
+        "batching_ceiling": alone["batching_ceiling"], "model_items_per_s": alone["model_items_per_s"],
+        "model_batch_ms": alone["batch_ms"], "model_per_item_ms_b1": alone["per_item_ms_b1"],
+        "server_efficiency": batched["rps"] / alone["model_items_per_s"],
+        "batched_p99_bound_ms": args.max_wait_ms + 2 * alone["batch_ms"],
+        "mean_batch_size": bstats.get("mean_batch_size", float("nan")),
+        "batcher_noop_rps": noop,
+        "non_200": {k: sum(v for s, v in r["statuses"].items() if s != "200")
+                    for k, r in (("batched", batched), ("unbatched", unbatched), ("naive", naive))},
+        "clients": args.clients, "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
+        "seconds_per_server": duration, "engine": args.engine, "torch_threads": threads,
+        "device": describe_hardware().one_line(), "wall_s": time.perf_counter() - t_start,
+    }
+
+
+if __name__ == "__main__":
+    if "--client" in sys.argv:
+        _client_main()
+    else:
+        print(json.dumps(run(quick="--quick" in sys.argv)))
