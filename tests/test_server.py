@@ -169,7 +169,9 @@ def test_overload_answers_503_with_retry_after_and_deadline_504():
         with httpx.Client(timeout=30) as c:
             busy = threading.Thread(target=send)
             busy.start()
-            time.sleep(0.05)
+            batcher = h.state.registry.loaded["t"].batcher
+            while batcher.in_flight < 1:   # wait until the model is busy with that request
+                time.sleep(0.005)
             t0 = time.monotonic()
             r = post(c, h.url, {"inputs": "hi"}, headers={"X-Timeout-Ms": "50"})
             assert r.status_code == 504 and time.monotonic() - t0 < 0.25
