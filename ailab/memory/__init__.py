@@ -1,0 +1,23 @@
+"""ailab.memory: make memory visible. Read the parts in this order:
+
+- tracker.py   MemoryTracker (per-phase counters + background timeline sampler), sampler_overhead()
+- estimate.py  bytes before you run: parameters, activations, KV cache, the safe line
+- measure.py   bytes when you run: a forward's measured peak, find_max_batch()
+- kv.py        published decoder configs, paging vs max reservation, an LRU of models (arithmetic)
+- leak.py      slope of memory over a soak, a planted leak and its fix, tracemalloc diffs
+"""
+from ailab.memory.estimate import (DTYPE_BYTES, MINILM_SHAPE, EncoderShape, activation_bytes, dtype_bytes,
+                                   forward_bytes, kv_cache_bytes, param_bytes, safe_line)
+from ailab.memory.kv import PUBLISHED_CONFIGS, DecoderConfig, request_lengths, reservation_waste, simulate_lru
+from ailab.memory.leak import (DEBUG_HISTORY, LeakReport, fixed_step, leak_slope, leaky_step, soak, top_growth)
+from ailab.memory.measure import (MaxBatch, cpu_peak_bytes, encoder_inputs, find_max_batch, forward_peak,
+                                  peak_bytes, rss_peak_delta)
+from ailab.memory.tracker import MiB, MemoryTracker, Phase, malloc_in_use, sampler_overhead, trim_malloc
+
+__all__ = [
+    "DTYPE_BYTES", "MINILM_SHAPE", "EncoderShape", "activation_bytes", "dtype_bytes", "forward_bytes",
+    "kv_cache_bytes", "param_bytes", "safe_line", "PUBLISHED_CONFIGS", "DecoderConfig", "request_lengths",
+    "reservation_waste", "simulate_lru", "DEBUG_HISTORY", "LeakReport", "fixed_step", "leak_slope", "leaky_step",
+    "soak", "top_growth", "MaxBatch", "cpu_peak_bytes", "encoder_inputs", "find_max_batch", "forward_peak",
+    "peak_bytes", "rss_peak_delta", "MiB", "malloc_in_use", "MemoryTracker", "Phase", "sampler_overhead", "trim_malloc",
+]

@@ -1,0 +1,328 @@
+"""MemoryTracker: what the allocator and the process hold, per named phase and over time.
+
+Per phase it records the counters this machine has:
+  CUDA: memory_allocated (live tensors), memory_reserved (allocator cache), the phase's peak
+        (max_memory_allocated after reset_peak_memory_stats), num_alloc_retries (cudaMalloc retried
+        after freeing the cache: the fragmentation signal), and device-used from NVML when present.
+  always: process RSS (psutil, else /proc/self/statm) and the Python heap (tracemalloc);
+  on CPU with glibc: malloc_in_use (mallinfo2), the exact bytes malloc has handed out.
+A background thread samples RSS (and CUDA counters) every `interval_s`, for a timeline and for
+the RSS peak inside each phase. `available()` says plainly which counters exist here and why not.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import os
+import threading
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+
+import torch
+
+MiB = 2**20
+
+
+def _import_psutil():
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil
+
+
+def _import_pynvml():
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _statm_rss() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.mallinfo2.restype = _MallInfo2
+        except (OSError, AttributeError):  # not glibc, or glibc older than 2.33
+            _LIBC = False
+    return _LIBC
+
+
+def malloc_in_use() -> int | None:
+    """Bytes glibc malloc has handed out and not had back (mallinfo2: heap in use + mmapped chunks).
+
+    CPU tensors are malloc'd, so this is the CPU's closest thing to CUDA's memory_allocated: exact
+    bytes, not pages. None where the C library is not glibc >= 2.33. (Main arena plus mmapped
+    chunks: allocations made by other threads' arenas are not counted.)
+    """
+    libc = _libc()
+    if not libc:
+        return None
+    info = libc.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def trim_malloc() -> None:
+    """gc, then ask glibc to hand freed heap pages back to the OS, so RSS reflects live memory."""
+    gc.collect()
+    libc = _libc()
+    if libc:
+        libc.malloc_trim(0)
+
+
+@dataclass
+class Phase:
+    """One named phase: seconds taken and counters in bytes (None where this machine has no such counter)."""
+
+    name: str
+    seconds: float
+    counters: dict[str, float | None] = field(default_factory=dict)
+
+    def row(self) -> dict:
+        """The phase as a table row, bytes shown in MiB."""
+        out = {"phase": self.name, "seconds": round(self.seconds, 3)}
+        for k, v in self.counters.items():
+            out[k if k == "alloc_retries" else f"{k}_mib"] = (
+                None if v is None else v if k == "alloc_retries" else round(v / MiB, 2))
+        return out
+
+
+class MemoryTracker:
+    """Record memory per named phase, with a background sampler for a timeline.
+
+    >>> tracker = MemoryTracker()
+    >>> with tracker.phase("load"):
+    ...     enc = load_encoder()
+    >>> tracker.rows()   # one dict per phase
+    """
+
+    def __init__(self, device: torch.device | str | None = None, interval_s: float = 0.05,
+                 python_heap: bool = True, sample: bool = True):
+        from ailab.device import pick_device
+
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        self.device = torch.device(device) if device is not None else pick_device()
+        self.interval_s = interval_s
+        self.phases: list[Phase] = []
+        self.marks: list[tuple[str, float, float]] = []  # (phase, t_start, t_end) on the timeline clock
+        self.timeline: list[dict] = []
+        self.sampler_cpu_s = 0.0
+        self._psutil = _import_psutil()
+        self._proc = self._psutil.Process() if self._psutil else None
+        self._nvml = self._nvml_handle() if self.device.type == "cuda" else None
+        self._python_heap = python_heap
+        self._started_tracemalloc = False
+        self._t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = None
+        if sample:
+            self.start()
+
+    # --- counters -------------------------------------------------------------------------------
+    def _nvml_handle(self):
+        pynvml = _import_pynvml()
+        if pynvml is None:
+            return None
+        try:
+            pynvml.nvmlInit()
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # noqa: BLE001 - no driver / no permission: NVML is simply unavailable
+            return None
+
+    def available(self) -> dict[str, str]:
+        """Each counter -> 'yes' or the reason it is missing on this machine."""
+        cuda = self.device.type == "cuda"
+        no_cuda = f"no (device is {self.device.type}; CUDA allocator counters exist only on a GPU)"
+        return {
+            "rss": "yes (psutil)" if self._proc else
+                   ("yes (/proc/self/statm; psutil not installed)" if _statm_rss() else "no (no psutil, no /proc)"),
+            "python_heap": "yes (tracemalloc)" if self._python_heap else "no (python_heap=False)",
+            "malloc_in_use": "yes (glibc mallinfo2)" if malloc_in_use() is not None else "no (not glibc >= 2.33)",
+            "cuda_allocated": "yes" if cuda else no_cuda,
+            "cuda_reserved": "yes" if cuda else no_cuda,
+            "cuda_peak": "yes" if cuda else no_cuda,
+            "alloc_retries": "yes" if cuda else no_cuda,
+            "nvml_used": ("yes" if self._nvml else "no (nvidia-ml-py missing or no NVIDIA driver)") if cuda else no_cuda,
+        }
+
+    def rss(self) -> int | None:
+        if self._proc is not None:
+            return self._proc.memory_info().rss
+        return _statm_rss()
+
+    def _cuda_now(self) -> dict[str, float | None]:
+        if self.device.type != "cuda":
+            return {}
+        stats = torch.cuda.memory_stats(self.device)
+        out = {"cuda_allocated": float(torch.cuda.memory_allocated(self.device)),
+               "cuda_reserved": float(torch.cuda.memory_reserved(self.device)),
+               "alloc_retries": float(stats.get("num_alloc_retries", 0))}
+        if self._nvml:
+            pynvml, handle = self._nvml
+            out["nvml_used"] = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        return out
+
+    def snapshot(self) -> dict[str, float | None]:
+        """Current counters, in bytes."""
+        snap = {"rss": self.rss(), "malloc_in_use": malloc_in_use()}
+        snap.update(self._cuda_now())
+        return snap
+
+    # --- background sampler ------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="ailab-memory-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+
+    def _run(self) -> None:
+        cpu0 = time.thread_time()
+        while not self._stop.wait(self.interval_s):
+            sample = {"t": time.perf_counter() - self._t0, **self.snapshot()}
+            with self._lock:
+                self.timeline.append(sample)
+        self.sampler_cpu_s += time.thread_time() - cpu0
+
+    def _rss_peak_between(self, t_start: float, t_end: float) -> float | None:
+        with self._lock:
+            values = [s["rss"] for s in self.timeline if t_start <= s["t"] <= t_end and s["rss"] is not None]
+        return max(values) if values else None
+
+    # --- phases ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Measure the enclosed block as phase `name`."""
+        if not name:
+            raise ValueError("phase name must be a non-empty string")
+        cuda = self.device.type == "cuda"
+        if self._python_heap and not tracemalloc.is_tracing():
+            tracemalloc.start()
+            self._started_tracemalloc = True
+        if self._python_heap:
+            tracemalloc.reset_peak()
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        before = self.snapshot()
+        t_start = time.perf_counter() - self._t0
+        try:
+            yield self
+        finally:
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            after = self.snapshot()
+            t_end = time.perf_counter() - self._t0
+            counters: dict[str, float | None] = {"rss_start": before["rss"], "rss_end": after["rss"],
+                                                 "malloc_in_use": after["malloc_in_use"]}
+            sampled = self._rss_peak_between(t_start, t_end)
+            ends = [v for v in (before["rss"], after["rss"], sampled) if v is not None]
+            counters["rss_peak"] = max(ends) if ends else None
+            if self._python_heap:
+                current, peak = tracemalloc.get_traced_memory()
+                counters["py_heap"], counters["py_heap_peak"] = float(current), float(peak)
+            if cuda:
+                counters["cuda_allocated"] = after["cuda_allocated"]
+                counters["cuda_reserved"] = after["cuda_reserved"]
+                counters["cuda_peak"] = float(torch.cuda.max_memory_allocated(self.device))
+                counters["alloc_retries"] = after["alloc_retries"] - before["alloc_retries"]
+                counters["nvml_used"] = after.get("nvml_used")
+            self.phases.append(Phase(name, t_end - t_start, counters))
+            self.marks.append((name, t_start, t_end))
+
+    def rows(self) -> list[dict]:
+        return [p.row() for p in self.phases]
+
+    def close(self) -> None:
+        """Stop the sampler and, if this tracker started tracemalloc, stop it too."""
+        self.stop()
+        if self._started_tracemalloc and tracemalloc.is_tracing():
+            tracemalloc.stop()
+            self._started_tracemalloc = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def timeline_figure(self, title: str = "Process memory over time"):
+        """RSS (and CUDA allocated/reserved) over time, with each phase shaded and named."""
+        import plotly.graph_objects as go
+
+        from ailab.device import describe_hardware
+
+        with self._lock:
+            samples = list(self.timeline)
+        fig = go.Figure()
+        ts = [s["t"] for s in samples]
+        for key in ("rss", "malloc_in_use", "cuda_allocated", "cuda_reserved", "nvml_used"):
+            ys = [s.get(key) for s in samples]
+            if any(y is not None for y in ys):
+                fig.add_trace(go.Scatter(x=ts, y=[None if y is None else y / MiB for y in ys], name=key, mode="lines"))
+        for i, (name, a, b) in enumerate(self.marks):
+            fig.add_vrect(x0=a, x1=b, fillcolor="LightSkyBlue" if i % 2 else "LightGreen", opacity=0.25,
+                          line_width=0, annotation_text=name, annotation_position="top left")
+        fig.update_layout(title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
+                          xaxis_title="seconds", yaxis_title="MiB", template="plotly_white", height=420)
+        return fig
+
+
+def sampler_overhead(fn, pairs: int = 12, calls_per_block: int = 3, interval_s: float = 0.05) -> dict:
+    """How much the background sampler slows `fn` (a forward pass): interleaved A/B blocks, medians.
+
+    Blocks with and without a running sampler alternate (ABAB...), so drift on a shared machine hits
+    both arms; the overhead is the median of per-pair ratios minus 1. The sampler's own CPU time over
+    wall time is reported too: that cost does not depend on noise in `fn`.
+    """
+    if pairs < 2 or calls_per_block < 1:
+        raise ValueError(f"pairs must be >= 2 and calls_per_block >= 1 (got {pairs}, {calls_per_block})")
+    import statistics
+
+    fn()  # warm-up outside the measurement
+    ratios, cpu, wall = [], 0.0, 0.0
+    for i in range(pairs):
+        times = {}
+        for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
+            tracker = MemoryTracker(interval_s=interval_s, python_heap=False, sample=(arm == "on"))
+            t0 = time.perf_counter()
+            for _ in range(calls_per_block):
+                fn()
+            times[arm] = time.perf_counter() - t0
+            tracker.stop()
+            if arm == "on":
+                cpu += tracker.sampler_cpu_s
+                wall += times[arm]
+        ratios.append(times["on"] / times["off"])
+    return {"overhead_frac": statistics.median(ratios) - 1, "sampler_cpu_frac": cpu / wall if wall else 0.0,
+            "pairs": pairs, "interval_s": interval_s}
