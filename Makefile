@@ -42,7 +42,7 @@ services:
 lab: setup
 	$(BIN)/python -m ipykernel install --user --name ailab --display-name "Python 3 (ailab)" >/dev/null
 	@echo "JupyterLab: open the URL printed below (http://127.0.0.1:$(PORT)/lab?token=...)"
-	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT) --no-browser --ServerApp.root_dir=$(CURDIR) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT) --no-browser --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/0_orientation/00_tour.ipynb $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## test: unit tests, every notebook and solution (nbval), and the lab-validity tests
 test: setup services
