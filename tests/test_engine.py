@@ -183,3 +183,20 @@ def test_slow_tokenizer_matches_fast_id_for_id(tiny):
     cmp = engine.compare_tokenizers(tiny.tokenizer, engine.slow_tokenizer(), texts, max_length=64, repeats=1)
     assert cmp.same_ids, "the pure-Python tokenizer must produce exactly the fast tokenizer's ids"
     assert cmp.n_texts == len(texts) and cmp.fast_ms > 0 and cmp.slow_ms > 0
+
+
+def test_bench_engine_quick_has_every_figure():
+    from ailab.suites import engine as suite
+
+    out = suite.run(quick=True)
+    for key in ("torch_fp32_ms_b1", "torch_fp32_ms_b32", "ort_fp32_ms_b1", "ort_fp32_ms_b32", "ort_int8_ms_b1",
+                "ort_int8_ms_b32", "int8_speedup_vs_torch_fp32_b32", "int8_speedup_vs_ort_fp32_b32", "fp32_accuracy",
+                "int8_accuracy", "int8_accuracy_drop_points", "int8_prediction_agreement", "size_ratio_fp32_over_int8",
+                "device", "threads"):
+        assert key in out, key
+    assert out["int8_speedup_vs_ort_fp32_b32"] == pytest.approx(out["ort_fp32_ms_b32"] / out["ort_int8_ms_b32"], rel=0.01)
+    assert out["size_ratio_fp32_over_int8"] > 3.5  # INT8 weights: a measured fact, not a timing
+    assert 0.6 < out["fp32_accuracy"] < 0.9 and out["provider"] == "CPUExecutionProvider"
+    import json
+
+    json.dumps(out)
