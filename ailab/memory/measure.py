@@ -172,3 +172,34 @@ def find_max_batch(model: torch.nn.Module, budget_bytes: float, seq_len: int = 1
         else:
             bad = mid
     return MaxBatch(good, budget_bytes, base, trials, time.perf_counter() - t0)
+
+
+def predicted_vs_measured(model: torch.nn.Module, batch: int, seq_len: int) -> dict:
+    """Estimate and measurement of one forward's peak activations, side by side (bytes)."""
+    from ailab.memory.estimate import EncoderShape, activation_bytes
+
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError("predicted_vs_measured() needs a BERT-style model with a .config (e.g. load_encoder().model)")
+    dtype = next(model.parameters()).dtype
+    predicted = activation_bytes(batch, seq_len, EncoderShape.from_config(config), dtype)
+    measured = forward_peak(model, batch, seq_len)
+    return {"batch": batch, "seq_len": seq_len, "predicted_bytes": predicted, "measured_bytes": measured,
+            "rel_error": (predicted - measured) / measured if measured else float("nan")}
+
+
+def predicted_vs_measured_figure(model: torch.nn.Module, batch: int = 8, seq_len: int = 128):
+    """The widget's callback: two bars (predicted, measured) in MiB for one (batch, seq_len)."""
+    import plotly.graph_objects as go
+
+    from ailab.device import describe_hardware
+
+    r = predicted_vs_measured(model, batch, seq_len)
+    mib = [r["predicted_bytes"] / 2**20, r["measured_bytes"] / 2**20]
+    fig = go.Figure([go.Bar(x=["predicted (formula)", "measured (allocator)"], y=mib,
+                            text=[f"{v:.1f} MiB" for v in mib], textposition="outside")])
+    fig.update_layout(title={"text": f"Peak activations at batch {batch}, {seq_len} tokens: "
+                                     f"error {r['rel_error']:+.1%}<br><sup>measured on "
+                                     f"{describe_hardware().one_line()}</sup>"},
+                      yaxis_title="MiB", template="plotly_white", height=380)
+    return fig
