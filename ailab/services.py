@@ -1,0 +1,227 @@
+"""Real Redis and PostgreSQL servers, started for a notebook or a test and thrown away afterwards.
+
+- `start_redis()`: Debian's `redis-server` on 127.0.0.1, a free port, a temp folder, no persistence
+  (`--save '' --appendonly no`): a real queue and cache, gone when stopped.
+- `start_postgres()`: a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp folder on a free
+  loopback port. initdb refuses to run as root, so as root the binaries run as the unprivileged
+  `postgres` user (runuser).
+
+Both return a handle with `.stop()` and work as context managers. Nothing is mocked: when a server
+cannot start, `ServiceError` says why (binary missing, port taken, the server's own log) and the
+caller fails loudly rather than skipping.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PG_BIN_DIRS = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
+PG_USER = "postgres"  # the unprivileged system user the binaries run as when we are root
+
+
+class ServiceError(RuntimeError):
+    """A helper server (Redis, PostgreSQL) could not be started or reached; the message says why."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until(ready, timeout_s: float, proc: subprocess.Popen | None, what: str, log: Path | None) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceError(f"{what} exited at start-up (code {proc.returncode}). Its log:\n{_tail(log)}")
+        try:
+            if ready():
+                return
+        except Exception as e:  # noqa: BLE001 - any failure just means "not ready yet"
+            last = e
+        time.sleep(0.1)
+    raise ServiceError(f"{what} did not become ready within {timeout_s:.0f} s (last error: {last}). Log:\n{_tail(log)}")
+
+
+def _tail(log: Path | None, n: int = 20) -> str:
+    if log is None or not log.exists():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+
+
+# --------------------------------------------------------------------------- Redis
+
+@dataclass
+class RedisServer:
+    port: int
+    folder: Path
+    proc: subprocess.Popen = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = "redis-server") -> RedisServer:
+    """Start redis-server on 127.0.0.1 (a free port unless given), in a temp folder, without persistence."""
+    exe = shutil.which(binary)
+    if exe is None:
+        raise ServiceError(f"{binary!r} is not on PATH. Install Debian's Redis server: "
+                           "`apt-get install -y redis-server` (the course needs the real server, not a mock).")
+    port = port or free_port()
+    folder = Path(tempfile.mkdtemp(prefix="ailab-redis-"))
+    log = folder / "redis.log"
+    cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+           "--dir", str(folder), "--logfile", str(log), "--daemonize", "no", "--protected-mode", "yes"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    server = RedisServer(port, folder, proc)
+    try:
+        client = server.client(socket_connect_timeout=0.5, socket_timeout=0.5)
+        _wait_until(client.ping, timeout_s, proc, f"redis-server on port {port}", log)
+    except BaseException:
+        server.stop()
+        raise
+    atexit.register(server.stop)  # never leave a server behind when the kernel exits
+    return server
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+def pg_bin_dir() -> Path:
+    """Where initdb and pg_ctl live: AILAB_PG_BIN, else Debian's /usr/lib/postgresql/<v>/bin."""
+    candidates = [os.environ["AILAB_PG_BIN"]] if os.environ.get("AILAB_PG_BIN") else list(PG_BIN_DIRS)
+    for d in candidates:
+        if (Path(d) / "initdb").exists() and (Path(d) / "pg_ctl").exists():
+            return Path(d)
+    raise ServiceError(f"no PostgreSQL binaries (initdb, pg_ctl) in {candidates}. Install them with "
+                       "`apt-get install -y postgresql` (Debian ships version 15 in bookworm), or set AILAB_PG_BIN.")
+
+
+def _as_db_user(cmd: list[str]) -> list[str]:
+    """initdb and postgres refuse to run as root: run them as the unprivileged `postgres` user then."""
+    if os.geteuid() != 0:
+        return cmd
+    try:
+        import pwd
+
+        pwd.getpwnam(PG_USER)
+    except KeyError:
+        raise ServiceError(f"running as root, and there is no {PG_USER!r} user to run PostgreSQL as "
+                           "(initdb refuses root). Install Debian's postgresql package, which creates it, "
+                           "or run as an ordinary user.") from None
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        raise ServiceError("running as root but `runuser` (util-linux) is missing; it is needed to run "
+                           "PostgreSQL as an unprivileged user")
+    return [runuser, "-u", PG_USER, "--", *cmd]
+
+
+@dataclass
+class PostgresServer:
+    port: int
+    folder: Path
+    bin_dir: Path
+    user: str = "ailab"
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / "data"
+
+    def connect(self, **kwargs):
+        import psycopg
+
+        return psycopg.connect(self.dsn, **kwargs)
+
+    def stop(self) -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            subprocess.run(_as_db_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate",
+                                        "-w", "-t", "20", "stop"]), capture_output=True, timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> PostgresServer:
+    """initdb a throwaway cluster in a temp folder and start it on 127.0.0.1 (a free port unless given).
+
+    Trust authentication on loopback and fsync off: fine for a cluster that lives for one notebook,
+    never for data you want to keep.
+    """
+    bin_dir = pg_bin_dir()
+    port = port or free_port()
+    folder = Path(tempfile.mkdtemp(prefix="ailab-pg-"))
+    server = PostgresServer(port, folder, bin_dir)
+    if os.geteuid() == 0:
+        import pwd
+
+        _as_db_user(["true"])  # raises a clear error when there is no unprivileged user
+        pw = pwd.getpwnam(PG_USER)
+        os.chown(folder, pw.pw_uid, pw.pw_gid)
+    log = folder / "postgres.log"
+    try:
+        init = subprocess.run(_as_db_user([str(bin_dir / "initdb"), "-D", str(server.data_dir), "-U", server.user,
+                                           "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]),
+                              capture_output=True, text=True, timeout=timeout_s)
+        if init.returncode != 0:
+            raise ServiceError(f"initdb failed (code {init.returncode}):\n{init.stderr[-2000:] or init.stdout[-2000:]}")
+        opts = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={folder} "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        start = subprocess.run(_as_db_user([str(bin_dir / "pg_ctl"), "-D", str(server.data_dir), "-l", str(log),
+                                            "-o", opts, "-w", "-t", str(int(timeout_s)), "start"]),
+                               capture_output=True, text=True, timeout=timeout_s + 10)
+        if start.returncode != 0:
+            raise ServiceError(f"pg_ctl start failed on port {port} (code {start.returncode}): "
+                               f"{start.stderr.strip() or start.stdout.strip()}\nServer log:\n{_tail(log)}")
+
+        def ready():
+            with server.connect(connect_timeout=2) as conn:
+                return conn.execute("select 1").fetchone() == (1,)
+
+        _wait_until(ready, 15, None, f"PostgreSQL on port {port}", log)
+    except BaseException:
+        server.stop()
+        raise
+    atexit.register(server.stop)  # pg_ctl daemonises the server: stop it even if the caller forgets
+    return server

@@ -1,0 +1,57 @@
+"""ailab.services starts the real servers (Debian's redis-server, PostgreSQL 15) on loopback."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from ailab import services as S
+
+
+def test_redis_is_a_real_server_and_is_cleaned_up():
+    with S.start_redis() as r:
+        c = r.client()
+        c.lpush("jobs", b"a", b"b")
+        assert c.brpop("jobs", timeout=1) == (b"jobs", b"a")  # LPUSH + BRPOP = first in, first out
+        assert c.config_get("save")["save"] == "" and c.config_get("appendonly")["appendonly"] == "no"
+        assert c.config_get("bind")["bind"] == "127.0.0.1"
+        folder, proc = r.folder, r.proc
+    assert proc.poll() is not None and not folder.exists()
+
+
+def test_redis_on_a_taken_port_says_why():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(S.ServiceError, match="exited at start-up|did not become ready"):
+            S.start_redis(port=port, timeout_s=5)
+
+
+def test_missing_binaries_are_named():
+    with pytest.raises(S.ServiceError, match="apt-get install -y redis-server"):
+        S.start_redis(binary="redis-server-that-does-not-exist")
+
+
+def test_missing_postgres_binaries_are_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("AILAB_PG_BIN", str(tmp_path))
+    with pytest.raises(S.ServiceError, match="apt-get install -y postgresql"):
+        S.start_postgres()
+
+
+def test_postgres_throwaway_cluster():
+    with S.start_postgres() as pg:
+        assert pg.dsn.startswith("postgresql://") and "127.0.0.1" in pg.dsn
+        with pg.connect() as conn:
+            conn.execute("create table t (x int)")
+            conn.execute("insert into t values (1), (2), (41)")
+            assert conn.execute("select sum(x) from t").fetchone() == (44,)
+            assert conn.execute("show listen_addresses").fetchone() == ("127.0.0.1",)
+        folder = pg.folder
+    assert not folder.exists()
+
+
+def test_free_port_is_free():
+    port = S.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # would raise if something listened there
