@@ -110,7 +110,11 @@ def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = 
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     server = RedisServer(port, folder, proc)
     try:
-        client = server.client(socket_connect_timeout=0.5, socket_timeout=0.5)
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        # One quick try per poll: the loop retries, and sees at once if the server has exited.
+        client = server.client(socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
         _wait_until(client.ping, timeout_s, proc, f"redis-server on port {port}", log)
     except BaseException:
         server.stop()
