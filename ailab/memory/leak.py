@@ -130,3 +130,11 @@ def top_growth(snapshot_before: tracemalloc.Snapshot, snapshot_after: tracemallo
         rows.append({"file": frame.filename, "line": frame.lineno, "size_diff_bytes": stat.size_diff,
                      "count_diff": stat.count_diff})
     return rows
+
+
+def graph_keeping_step(model, inputs: dict[str, torch.Tensor], keep: list, detach: bool) -> None:
+    """A forward with autograd on, keeping the output. Without detach() the output drags its whole
+    graph - every activation saved for backward - into `keep`: a retained-graph leak."""
+    with torch.enable_grad():
+        out = model(**inputs)  # (B, H), requires grad: its graph holds the saved activations
+    keep.append(out.detach() if detach else out)
