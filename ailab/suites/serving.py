@@ -122,6 +122,147 @@ def model_alone(predictor, texts: list[str], batch_size: int, seconds: float = 4
             "batching_ceiling": per_item_1 / per_item_b, "model_items_per_s": 1e3 / per_item_b}
 
 
+def batch_sweep(predictor, texts: list[str], sizes=(1, 2, 4, 8, 16, 32), seconds: float = 1.5) -> list[dict]:
+    """The model alone at each batch size: p50 time per batch, per item, and items per second."""
+    from ailab.timing import measure_latency
+
+    rows = []
+    for b in sizes:
+        chunks = [[texts[(i * b + j) % len(texts)] for j in range(b)] for i in range(16)]
+        k = iter(range(10 ** 9))
+        st = measure_latency(lambda: predictor(chunks[next(k) % len(chunks)]), iters=200, warmup=2,
+                             max_seconds=seconds)
+        rows.append({"batch_size": b, "batch_p50_ms": st.p50_ms, "per_item_ms": st.p50_ms / b,
+                     "items_per_s": 1e3 * b / st.p50_ms})
+    return rows
+
+
+def batcher_run(predictor, texts: list[str], max_batch_size: int, max_wait_ms: float, concurrency: int = 32,
+                seconds: float = 2.0, warmup_s: float = 0.5, bucket_fn=None, threads: int | None = None) -> dict:
+    """Real concurrent requests (in-process clients) through a DynamicBatcher over `predictor`."""
+    from ailab.batching import DynamicBatcher, closed_loop, run_sync
+    from ailab.timing import latency_stats
+
+    def init():
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+
+    async def main():
+        b = DynamicBatcher(predictor, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
+                           max_queue=max(1024, 4 * concurrency), bucket_fn=bucket_fn, worker_init=init)
+        r = await closed_loop(b, texts, concurrency, seconds, warmup_s)
+        await b.close()
+        return r, b.stats.as_dict()
+
+    r, st = run_sync(main)
+    lat = latency_stats(r["latencies_ms"])
+    return {"max_batch_size": max_batch_size, "max_wait_ms": max_wait_ms, "concurrency": concurrency,
+            "rps": r["rps"], "p50_ms": lat.p50_ms, "p99_ms": lat.p99_ms, "mean_batch_size": st["mean_batch_size"],
+            "compute_p50_ms": st["compute_p50_ms"], "errors": r["errors"]}
+
+
+def batcher_grid(predictor, texts, waits_ms=(0, 5, 20), batch_sizes=(1, 8, 32), concurrency: int = 32,
+                 seconds: float = 1.5) -> list[dict]:
+    return [batcher_run(predictor, texts, b, w, concurrency, seconds, warmup_s=0.3)
+            for w in waits_ms for b in batch_sizes]
+
+
+def grid_figure(rows: list[dict], max_wait_ms: float, max_batch_size: int):
+    """Widget callback: p50/p99 and throughput against max_batch_size at the chosen max wait,
+    with the chosen (max_wait_ms, max_batch_size) cell named in the title. Replays measured rows."""
+    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go
+
+    waits = sorted({r["max_wait_ms"] for r in rows})
+    if max_wait_ms not in waits:
+        raise ValueError(f"max_wait_ms={max_wait_ms} was not measured; choose one of {waits}")
+    line = sorted((r for r in rows if r["max_wait_ms"] == max_wait_ms), key=lambda r: r["max_batch_size"])
+    chosen = [r for r in line if r["max_batch_size"] == max_batch_size]
+    if not chosen:
+        raise ValueError(f"max_batch_size={max_batch_size} was not measured; choose one of "
+                         f"{[r['max_batch_size'] for r in line]}")
+    c = chosen[0]
+    x = [r["max_batch_size"] for r in line]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=x, y=[r["p50_ms"] for r in line], name="p50 ms", mode="lines+markers"))
+    fig.add_trace(go.Scatter(x=x, y=[r["p99_ms"] for r in line], name="p99 ms", mode="lines+markers"))
+    fig.add_trace(go.Bar(x=x, y=[r["rps"] for r in line], name="requests/s", opacity=0.3), secondary_y=True)
+    fig.add_vline(x=max_batch_size, line_dash="dot")
+    fig.update_xaxes(type="log", title="max_batch_size")
+    fig.update_yaxes(title_text="latency (ms)", secondary_y=False)
+    fig.update_yaxes(title_text="throughput (requests/s)", secondary_y=True)
+    fig.update_layout(template="plotly_white", height=420, title={"text": (
+        f"max_wait={max_wait_ms:g} ms, max_batch={max_batch_size}: {c['rps']:.0f} req/s, p50 {c['p50_ms']:.0f} ms, "
+        f"p99 {c['p99_ms']:.0f} ms, mean batch {c['mean_batch_size']:.1f}")})
+    return fig
+
+
+class PaddingCounter:
+    """Wraps a text predictor and counts, per batch, the token slots computed and the ones that were real."""
+
+    def __init__(self, predictor):
+        self.predictor, self.slots, self.real = predictor, 0, 0
+        self.name, self.sha256 = predictor.name, predictor.sha256
+
+    def __call__(self, texts):
+        batch, _ = self.predictor.tokenize(list(texts))
+        mask = batch["attention_mask"]            # (B, T)
+        self.slots += int(mask.size)
+        self.real += int(mask.sum())
+        return self.predictor(texts)
+
+    @property
+    def waste(self) -> float:
+        """Share of computed token slots that were padding."""
+        return 1 - self.real / self.slots if self.slots else 0.0
+
+
+def bucketing_run(predictor, texts: list[str], bucket_width: int | None, max_batch_size: int = 16,
+                  max_wait_ms: float = 20.0) -> dict:
+    """Submit all texts at once through a DynamicBatcher, with or without length buckets (width in words)."""
+    from ailab.batching import DynamicBatcher, length_bucket, run_sync
+
+    counter = PaddingCounter(predictor)
+    bucket_fn = length_bucket(bucket_width, lambda t: len(t.split())) if bucket_width else None
+
+    async def main():
+        b = DynamicBatcher(counter, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
+                           max_queue=len(texts) + 1, bucket_fn=bucket_fn)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(b.submit(t) for t in texts))
+        seconds = time.perf_counter() - t0
+        await b.close()
+        return seconds, b.stats.as_dict()
+
+    seconds, st = run_sync(main)
+    return {"bucket_width": bucket_width, "seconds": seconds, "texts_per_s": len(texts) / seconds,
+            "padding_waste": counter.waste, "token_slots": counter.slots, "real_tokens": counter.real,
+            "batches": st["batches"], "mean_batch_size": st["mean_batch_size"]}
+
+
+def read_metrics(text: str) -> dict:
+    """Prometheus text -> {sample name + labels: value}, e.g. 'ailab_requests_total{status="200"}'."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+    return out
+
+
+def histogram_from_metrics(metrics: dict, name: str) -> tuple[list[float], list[float]]:
+    """(upper bounds, count per bucket - not cumulative) of a Prometheus histogram read by read_metrics."""
+    cum = sorted(((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items()
+                  if k.startswith(name + "_bucket")), key=lambda kv: kv[0])
+    bounds = [b for b, _ in cum]
+    counts = [v - (cum[i - 1][1] if i else 0) for i, (_, v) in enumerate(cum)]
+    return bounds, counts
+
+
 def naive_app(predictor):
     """The plain way: a FastAPI `def` endpoint runs the model per request in FastAPI's threadpool."""
     from fastapi import FastAPI
