@@ -288,6 +288,20 @@ def resized_sample(sample: Mapping[str, torch.Tensor], dynamic_axes) -> dict[str
     return out
 
 
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """Silence a library's progress/warning log lines (e.g. 'torchvision is not installed') for a moment."""
+    import logging
+
+    logger = logging.getLogger(name)
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 def _drop_value_info(path: Path) -> None:
     """Remove the exporter's intermediate shape annotations. Some disagree with ONNX shape inference
     (a dynamic axis recorded at the sample's size), which later breaks onnxruntime.quantization."""
@@ -353,7 +367,7 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
     shapes = tuple({a: dims[label] for a, label in dynamic_axes.get(n, {}).items()} or None for n in params)
     t0 = time.perf_counter()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _quiet_logger("torch.onnx"):
             warnings.simplefilter("ignore")
             torch.onnx.export(model, tuple(sample.values()), str(path), dynamo=True, input_names=params,
                               output_names=list(output_names), dynamic_shapes=shapes, opset_version=opset,

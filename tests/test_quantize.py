@@ -96,7 +96,8 @@ def test_quant_report(digits):
     int8 = engine.OnnxRunner(q.quantize_dynamic_int8(path))
     rep = q.quant_report(int8, fp32, inputs, y, latency_iters=3, max_seconds=1)
     assert rep.precision == "int8" and rep.size_ratio > 1.5
-    assert rep.p50_ms_b1 > 0 and rep.p99_ms_b32 >= rep.p50_ms_b32
+    assert rep.p50_ms_b1 > 0 and rep.p99_ms_b32 >= rep.p50_ms_b32 and rep.baseline_p50_ms_b32 > 0
+    assert rep.speedup_b32 == pytest.approx(rep.baseline_p50_ms_b32 / rep.p50_ms_b32)
     assert rep.passed == (rep.accuracy_drop_points <= 0.5)
     assert rep.accuracy_drop_points == pytest.approx((rep.baseline_accuracy - rep.accuracy) * 100)
     assert 0.95 < rep.agreement <= 1 and rep.embedding_cosine > 0.99
