@@ -304,3 +304,21 @@ def alert_figure(results: list[AlertResult], title: str):
     fig.update_xaxes(title_text="seconds since recording started", row=len(results), col=1)
     return fig
 
+
+
+class InjectedSlowdown:
+    """Wrap a server predictor: while `delay_s` > 0 every batch first sleeps that long.
+
+    A fault drill: alerts are only trusted once they have been seen to fire on a real fault.
+    """
+
+    def __init__(self, predictor):
+        self.predictor, self.delay_s = predictor, 0.0
+
+    def __call__(self, texts):
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        return self.predictor(texts)
+
+    def __getattr__(self, name):  # name, sha256, warmup, verify, n_bytes: the wrapped predictor's
+        return getattr(self.predictor, name)

@@ -229,3 +229,63 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
         raise
     atexit.register(server.stop)  # pg_ctl daemonises the server: stop it even if the caller forgets
     return server
+
+
+# --------------------------------------------------------------------------- the ailab server, as its own process
+
+@dataclass
+class ServerProcess:
+    """`ailab serve` in a child process: its own GIL, its own RSS (what a soak should watch)."""
+
+    url: str
+    proc: subprocess.Popen = field(repr=False)
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: the server drains in-flight requests, then exits
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        try:
+            self.log.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_ailab_server(args: list[str] | tuple = (), port: int | None = None, timeout_s: float = 240.0) -> ServerProcess:
+    """Start `ailab serve --host 127.0.0.1 --port P --quiet ARGS...` and wait until /readyz answers 200."""
+    import sys
+
+    import httpx
+
+    port = port or free_port()
+    fd, log_name = tempfile.mkstemp(prefix="ailab-serve-", suffix=".log")
+    log = Path(log_name)
+    cmd = [sys.executable, "-m", "ailab.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--quiet", *args]
+    proc = subprocess.Popen(cmd, stdout=fd, stderr=fd, start_new_session=True)
+    os.close(fd)
+    server = ServerProcess(f"http://127.0.0.1:{port}", proc, log)
+
+    def ready():
+        return httpx.get(server.url + "/readyz", timeout=2).status_code == 200
+
+    try:
+        _wait_until(ready, timeout_s, proc, f"ailab serve on port {port}", log)
+    except BaseException:
+        server.stop()
+        raise
+    atexit.register(server.stop)
+    return server
