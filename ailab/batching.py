@@ -57,6 +57,9 @@ class BatcherStats:
     expired: int = 0           # deadline passed before compute
     failed: int = 0            # items whose computation raised
     retried_batches: int = 0   # batches that raised and were retried item by item
+    busy_s: float = 0.0        # worker time spent computing batches
+    first_start: float = 0.0   # monotonic time the first batch started
+    last_end: float = 0.0      # ... and the latest batch ended
     batch_sizes: Counter = field(default_factory=Counter)
     queue_wait_ms: deque = field(default_factory=deque)
     compute_ms: deque = field(default_factory=deque)
@@ -73,6 +76,7 @@ class BatcherStats:
         return {"batches": self.batches, "items": self.items, "rejected": self.rejected, "expired": self.expired,
                 "failed": self.failed, "retried_batches": self.retried_batches,
                 "mean_batch_size": self.items / self.batches if self.batches else 0.0,
+                "worker_utilization": self.busy_s / span if (span := self.last_end - self.first_start) > 0 else 0.0,
                 "batch_size_hist": dict(sorted(self.batch_sizes.items())),
                 "queue_wait_p50_ms": pct(self.queue_wait_ms, 0.5), "queue_wait_p99_ms": pct(self.queue_wait_ms, 0.99),
                 "compute_p50_ms": pct(self.compute_ms, 0.5), "compute_p99_ms": pct(self.compute_ms, 0.99)}
@@ -295,6 +299,10 @@ class DynamicBatcher:
         finally:
             self._running = 0
         compute_s = time.perf_counter() - t0
+        if not self.stats.batches:
+            self.stats.first_start = time.monotonic() - compute_s
+        self.stats.last_end = time.monotonic()
+        self.stats.busy_s += compute_s
         self.stats.batches += 1
         self.stats.items += len(batch)
         self.stats.batch_sizes[len(batch)] += 1

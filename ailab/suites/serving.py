@@ -32,38 +32,65 @@ class NaiveBody(BaseModel):
 
 # ----------------------------------------------------------------------------- load generation
 
+async def _post(reader, writer, head: bytes, body: bytes) -> int:
+    """One HTTP/1.1 keep-alive POST on an open connection; returns the status code."""
+    writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    header = await reader.readuntil(b"\r\n\r\n")
+    status = int(header[9:12])
+    length = 0
+    for line in header.split(b"\r\n")[1:]:
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    if length:
+        await reader.readexactly(length)
+    if b"connection: close" in header.lower():
+        raise ConnectionResetError("server closed the connection")
+    return status
+
+
 async def closed_loop_http(url: str, texts: list[str], concurrency: int = 32, duration_s: float = 10.0,
                            warmup_s: float = 2.0, timeout_s: float = 30.0, headers: dict | None = None) -> dict:
     """`concurrency` clients, each POSTing its next text as soon as the last answer arrives.
 
-    Only requests *sent* inside the measurement window count; their latencies and statuses are returned.
+    A deliberately lean client (raw asyncio streams, keep-alive, pre-encoded bodies): on a 2-core machine
+    the load generator shares the CPU with the server, and a heavy client would measure itself.
+    Only requests *sent* inside the measurement window count.
     """
-    import httpx
+    from urllib.parse import urlsplit
 
     if concurrency < 1 or duration_s <= 0 or not texts:
         raise ValueError("closed_loop_http needs concurrency >= 1, duration_s > 0 and at least one text")
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    parts = urlsplit(url)
+    host, port, path = parts.hostname, parts.port or 80, parts.path or "/"
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{extra}").encode()
+    bodies = [json.dumps({"inputs": t}).encode() for t in texts]
     latencies, statuses = [], {}
     start = time.monotonic()
     measure_from, stop_at = start + warmup_s, start + warmup_s + duration_s
-    async with httpx.AsyncClient(limits=limits, timeout=timeout_s, headers=headers) as client:
-        async def one_client(k: int):
-            i = k
-            while time.monotonic() < stop_at:
-                body = json.dumps({"inputs": texts[i % len(texts)]}).encode()
-                t0 = time.monotonic()
-                try:
-                    r = await client.post(url, content=body, headers={"content-type": "application/json"})
-                    code = r.status_code
-                except httpx.HTTPError as e:
-                    code = type(e).__name__
-                if t0 >= measure_from:
-                    statuses[str(code)] = statuses.get(str(code), 0) + 1
-                    if code == 200:
-                        latencies.append((time.monotonic() - t0) * 1e3)
-                i += concurrency
 
-        await asyncio.gather(*(one_client(k) for k in range(concurrency)))
+    async def one_client(k: int):
+        i, conn = k, None
+        while time.monotonic() < stop_at:
+            t0 = time.monotonic()
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection(host, port)
+                code = await asyncio.wait_for(_post(*conn, head, bodies[i % len(bodies)]), timeout_s)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
+                code = type(e).__name__
+                if conn is not None:
+                    conn[1].close()
+                conn = None
+            if t0 >= measure_from:
+                statuses[str(code)] = statuses.get(str(code), 0) + 1
+                if code == 200:
+                    latencies.append((time.monotonic() - t0) * 1e3)
+            i += concurrency
+        if conn is not None:
+            conn[1].close()
+
+    await asyncio.gather(*(one_client(k) for k in range(concurrency)))
     lat = np.asarray(latencies) if latencies else np.asarray([np.nan])
     return {"ok": len(latencies), "rps": len(latencies) / duration_s, "statuses": statuses,
             "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
@@ -85,6 +112,12 @@ def closed_loop_http_subprocess(url: str, texts: list[str], concurrency: int = 3
 def _client_main() -> None:
     spec = json.loads(sys.stdin.read())
     url = spec.pop("url")
+    try:
+        import uvloop  # the same event loop uvicorn uses; cheaper per request than asyncio's default
+
+        uvloop.install()
+    except ImportError:
+        pass
     print(json.dumps(asyncio.run(closed_loop_http(url, **spec))))
 
 
@@ -304,6 +337,7 @@ def batcher_noop_rps(seconds: float = 2.0, max_batch_size: int = 32, concurrency
 
 
 def serve_and_load(app, texts, concurrency, duration_s, warmup_s) -> dict:
+    """Start `app` on loopback, drive it with closed-loop clients from a child process, stop it."""
     from ailab.server import start_in_thread
 
     handle = start_in_thread(app)
@@ -317,55 +351,85 @@ def serve_and_load(app, texts, concurrency, duration_s, warmup_s) -> dict:
         handle.stop()
 
 
+def _pool(windows: list[dict], seconds: float) -> dict:
+    lat = [x for w in windows for x in w["latencies_ms"]] or [float("nan")]
+    statuses: dict = {}
+    for w in windows:
+        for k, v in w["statuses"].items():
+            statuses[k] = statuses.get(k, 0) + v
+    return {"rps": sum(w["ok"] for w in windows) / seconds, "p50_ms": float(np.percentile(lat, 50)),
+            "p99_ms": float(np.percentile(lat, 99)), "statuses": statuses}
+
+
 def run(quick: bool = False, argv: list[str] | None = None) -> dict:
+    """Interleaved rounds: in each round the model alone, then batched, unbatched and naive servers each get
+    the same window. Load from other processes on a shared machine then hits all of them alike."""
     import torch
 
     from ailab.device import describe_hardware
     from ailab.models import sentiment_classifier
-    from ailab.server import create_app, sentiment_predictor
+    from ailab.server import create_app, sentiment_predictor, start_in_thread
 
     p = argparse.ArgumentParser(prog="ailab bench serving")
     p.add_argument("--engine", choices=["torch", "onnx", "int8"], default="torch")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=10.0)
-    p.add_argument("--seconds", type=float, default=None, help="measurement window per server")
+    p.add_argument("--seconds", type=float, default=None, help="measured seconds per server, over all rounds")
+    p.add_argument("--rounds", type=int, default=None)
     args = p.parse_args(argv or [])
-    duration, warmup = (args.seconds or (5.0 if quick else 20.0)), (1.5 if quick else 3.0)
+    rounds = args.rounds or (2 if quick else 4)
+    total = args.seconds or (6.0 if quick else 20.0)
+    window, warmup = total / rounds, 1.0
     t_start = time.perf_counter()
     threads = max(1, torch.get_num_threads())
     texts = bench_texts()
     predictor = sentiment_predictor(args.engine, trained=sentiment_classifier(), threads=threads)
     torch.set_num_threads(threads)
-    alone = model_alone(predictor, texts, args.max_batch_size, seconds=3.0 if quick else 8.0)
 
     def server(max_batch_size):
         return create_app({"sentiment": lambda: predictor}, "sentiment", max_batch_size=max_batch_size,
                           max_wait_ms=args.max_wait_ms, max_queue=1024, request_timeout_s=30.0,
                           torch_threads=threads)
 
-    app = server(args.max_batch_size)
-    batched = serve_and_load(app, texts, args.clients, duration, warmup)
-    unbatched = serve_and_load(server(1), texts, args.clients, duration, warmup)
-    naive = serve_and_load(naive_app(predictor), texts, args.clients, duration, warmup)
+    apps = {"batched": server(args.max_batch_size), "unbatched": server(1), "naive": naive_app(predictor)}
+    handles = {k: start_in_thread(a) for k, a in apps.items()}
+    windows: dict = {k: [] for k in apps}
+    alone_rounds = []
+    try:
+        for _ in range(rounds):
+            alone_rounds.append(model_alone(predictor, texts, args.max_batch_size, seconds=2.0 if quick else 4.0))
+            for k, h in handles.items():
+                windows[k].append(closed_loop_http_subprocess(h.url + "/v1/predict", texts, args.clients,
+                                                              window, warmup))
+        bstats = apps["batched"].state.ailab.registry.loaded["sentiment"].batcher.stats.as_dict()
+    finally:
+        for h in handles.values():
+            h.stop()
     noop = batcher_noop_rps(1.0 if quick else 3.0, args.max_batch_size)
-    bstats = batched.get("batcher", {}).get("sentiment", {})
+    res = {k: _pool(w, total) for k, w in windows.items()}
+    items_per_s = float(np.median([a["model_items_per_s"] for a in alone_rounds]))
+    ceiling = float(np.median([a["batching_ceiling"] for a in alone_rounds]))
+    batched, unbatched, naive = res["batched"], res["unbatched"], res["naive"]
     return {
         "batched_rps": batched["rps"], "batched_p50_ms": batched["p50_ms"], "batched_p99_ms": batched["p99_ms"],
         "unbatched_rps": unbatched["rps"], "unbatched_p50_ms": unbatched["p50_ms"],
         "unbatched_p99_ms": unbatched["p99_ms"],
         "naive_rps": naive["rps"], "naive_p50_ms": naive["p50_ms"], "naive_p99_ms": naive["p99_ms"],
         "batching_gain": batched["rps"] / unbatched["rps"] if unbatched["rps"] else float("nan"),
-        "batching_ceiling": alone["batching_ceiling"], "model_items_per_s": alone["model_items_per_s"],
-        "model_batch_ms": alone["batch_ms"], "model_per_item_ms_b1": alone["per_item_ms_b1"],
-        "server_efficiency": batched["rps"] / alone["model_items_per_s"],
-        "batched_p99_bound_ms": args.max_wait_ms + 2 * alone["batch_ms"],
-        "mean_batch_size": bstats.get("mean_batch_size", float("nan")),
+        "batching_ceiling": ceiling, "model_items_per_s": items_per_s,
+        "model_items_per_s_rounds": [round(a["model_items_per_s"], 1) for a in alone_rounds],
+        "model_batch_ms": float(np.median([a["batch_ms"] for a in alone_rounds])),
+        "model_per_item_ms_b1": float(np.median([a["per_item_ms_b1"] for a in alone_rounds])),
+        "server_efficiency": batched["rps"] / items_per_s,
+        "server_batch_compute_p50_ms": bstats["compute_p50_ms"],
+        "batched_p99_bound_ms": args.max_wait_ms + 2 * bstats["compute_p50_ms"],
+        "mean_batch_size": bstats["mean_batch_size"],
+        "worker_utilization": bstats["worker_utilization"],
         "batcher_noop_rps": noop,
-        "non_200": {k: sum(v for s, v in r["statuses"].items() if s != "200")
-                    for k, r in (("batched", batched), ("unbatched", unbatched), ("naive", naive))},
+        "non_200": {k: sum(v for s, v in r["statuses"].items() if s != "200") for k, r in res.items()},
         "clients": args.clients, "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
-        "seconds_per_server": duration, "engine": args.engine, "torch_threads": threads,
+        "seconds_per_server": total, "rounds": rounds, "engine": args.engine, "torch_threads": threads,
         "device": describe_hardware().one_line(), "wall_s": time.perf_counter() - t_start,
     }
 
