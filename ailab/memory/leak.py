@@ -66,31 +66,37 @@ def leak_slope(samples, warmup_frac: float = 0.2, min_slope_bytes: float = 4 * K
 
 
 def soak(step: Callable[[int], object], iters: int, device: torch.device | str | None = None,
-         counter: str = "auto") -> list[float]:
+         counter: str | tuple[str, ...] = "auto") -> list[float] | dict[str, list[float]]:
     """Run `step(i)` `iters` times; return a memory reading (bytes) after each.
 
     counter: "cuda" (memory_allocated), "malloc" (glibc bytes in use: exact, the CPU default when
     available), "rss" (pages the process holds: moves in steps as the heap grows), or "auto".
+    A tuple of counters reads them all in the same run and returns {counter: readings}.
     """
     if iters < 8:
         raise ValueError(f"iters must be >= 8 for a slope to mean anything, got {iters}")
     tracker = MemoryTracker(device=device, python_heap=False, sample=False)
-    if counter == "auto":
-        counter = "cuda" if tracker.device.type == "cuda" else "malloc" if malloc_in_use() is not None else "rss"
     readers = {"cuda": lambda: torch.cuda.memory_allocated(tracker.device), "malloc": malloc_in_use,
                "rss": tracker.rss}
-    if counter not in readers:
-        raise ValueError(f"counter must be one of {sorted(readers)} or 'auto', got {counter!r}")
-    if counter == "malloc" and malloc_in_use() is None:
-        raise ValueError("counter='malloc' needs glibc >= 2.33; use counter='rss'")
+    names = (counter,) if isinstance(counter, str) else tuple(counter)
+    auto = "cuda" if tracker.device.type == "cuda" else "malloc" if malloc_in_use() is not None else "rss"
+    names = tuple(auto if n == "auto" else n for n in names)
+    for n in names:
+        if n not in readers:
+            raise ValueError(f"counter must be one of {sorted(readers)} or 'auto', got {n!r}")
+        if n == "malloc" and malloc_in_use() is None:
+            raise ValueError("counter='malloc' needs glibc >= 2.33; use counter='rss'")
+        if n == "cuda" and tracker.device.type != "cuda":
+            raise ValueError("counter='cuda' needs a CUDA device")
     trim_malloc()
-    out = []
+    out: dict[str, list[float]] = {n: [] for n in names}
     for i in range(iters):
         step(i)
         if tracker.device.type == "cuda":
             torch.cuda.synchronize(tracker.device)
-        out.append(float(readers[counter]()))
-    return out
+        for n in names:
+            out[n].append(float(readers[n]()))
+    return out[names[0]] if isinstance(counter, str) else out
 
 
 # --- a planted leak: a "debug history" that keeps every batch's hidden states -----------------------

@@ -4,7 +4,8 @@ Per phase it records the counters this machine has:
   CUDA: memory_allocated (live tensors), memory_reserved (allocator cache), the phase's peak
         (max_memory_allocated after reset_peak_memory_stats), num_alloc_retries (cudaMalloc retried
         after freeing the cache: the fragmentation signal), and device-used from NVML when present.
-  always: process RSS (psutil, else /proc/self/statm) and the Python heap (tracemalloc);
+  always: process RSS (psutil, else /proc/self/statm) and the Python heap allocated during the phase
+  (tracemalloc, switched on only inside phases because it slows every Python allocation);
   on CPU with glibc: malloc_in_use (mallinfo2), the exact bytes malloc has handed out.
 A background thread samples RSS (and CUDA counters) every `interval_s`, for a timeline and for
 the RSS peak inside each phase. `available()` says plainly which counters exist here and why not.
@@ -132,7 +133,6 @@ class MemoryTracker:
         self._proc = self._psutil.Process() if self._psutil else None
         self._nvml = self._nvml_handle() if self.device.type == "cuda" else None
         self._python_heap = python_heap
-        self._started_tracemalloc = False
         self._t0 = time.perf_counter()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -226,11 +226,14 @@ class MemoryTracker:
         if not name:
             raise ValueError("phase name must be a non-empty string")
         cuda = self.device.type == "cuda"
-        if self._python_heap and not tracemalloc.is_tracing():
+        # tracemalloc slows every Python allocation, so it runs only inside phases (unless it was
+        # already on): the counters then read "Python heap allocated during this phase, still alive".
+        started_here = self._python_heap and not tracemalloc.is_tracing()
+        if started_here:
             tracemalloc.start()
-            self._started_tracemalloc = True
         if self._python_heap:
             tracemalloc.reset_peak()
+            heap0 = tracemalloc.get_traced_memory()[0]
         if cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -250,7 +253,10 @@ class MemoryTracker:
             counters["rss_peak"] = max(ends) if ends else None
             if self._python_heap:
                 current, peak = tracemalloc.get_traced_memory()
-                counters["py_heap"], counters["py_heap_peak"] = float(current), float(peak)
+                counters["py_heap_growth"] = float(current - heap0)
+                counters["py_heap_peak"] = float(peak - heap0)
+                if started_here:
+                    tracemalloc.stop()
             if cuda:
                 counters["cuda_allocated"] = after["cuda_allocated"]
                 counters["cuda_reserved"] = after["cuda_reserved"]
@@ -264,11 +270,8 @@ class MemoryTracker:
         return [p.row() for p in self.phases]
 
     def close(self) -> None:
-        """Stop the sampler and, if this tracker started tracemalloc, stop it too."""
+        """Stop the background sampler."""
         self.stop()
-        if self._started_tracemalloc and tracemalloc.is_tracing():
-            tracemalloc.stop()
-            self._started_tracemalloc = False
 
     def __enter__(self):
         return self
