@@ -40,7 +40,7 @@ def test_padding_counter_and_bucketing_cut_waste():
     texts = ["short one"] * 16 + ["a much longer text " * 8] * 16
     texts = [t for pair in zip(texts[:16], texts[16:]) for t in pair]
     plain = serving.bucketing_run(tiny(0), texts, None, max_batch_size=8, max_wait_ms=5)
-    bucketed = serving.bucketing_run(tiny(0), texts, 5, max_batch_size=8, max_wait_ms=5)
+    bucketed = serving.bucketing_run(tiny(0), texts, 16, max_batch_size=8, max_wait_ms=5)
     assert plain["real_tokens"] == bucketed["real_tokens"]
     assert bucketed["padding_waste"] < 0.1 < plain["padding_waste"]
     counter = serving.PaddingCounter(tiny(0))
@@ -49,7 +49,7 @@ def test_padding_counter_and_bucketing_cut_waste():
 
 
 def test_batch_sweep_and_batcher_run_on_tiny_model():
-    rows = serving.batch_sweep(tiny(0), ["some text to classify"] * 8, sizes=(1, 4), seconds=0.3)
+    rows = serving.batch_sweep(tiny(0), ["some text to classify"] * 8, sizes=(1, 4), seconds=0.3, rounds=2)
     assert [r["batch_size"] for r in rows] == [1, 4] and all(r["items_per_s"] > 0 for r in rows)
     r = serving.batcher_run(tiny(0), ["a text"] * 10, 8, 2, concurrency=8, seconds=0.5, warmup_s=0.1, threads=1)
     assert r["rps"] > 0 and 1 <= r["mean_batch_size"] <= 8 and not r["errors"]
