@@ -1,0 +1,241 @@
+"""`ailab bench scale`: ailab.server vs Ray Serve on one machine, then a sweep with knee and a soak.
+
+Both servers run the same predictor (MiniLM sentiment, torch FP32, ailab.server.sentiment_predictor),
+batch up to 32 texts waiting at most 10 ms, and get the same closed-loop load from ailab.bench
+(32 clients, the same texts), one after the other in the same run:
+
+  ailab   `ailab serve` in a child process (its own GIL and RSS)
+  ray     Ray Serve: one replica, @serve.batch(32, 10 ms), max_ongoing_requests=64,
+          max_queued_requests back-pressure, HTTP on 127.0.0.1 only
+
+Then ailab.server alone: a concurrency sweep (knee = best req/s with p99 within --slo-ms) and a soak
+(--soak-minutes) sampling the server process's RSS (slope in MB/min).
+
+    ailab bench --json scale                       # full run (~3 min + a 1-minute soak)
+    ailab bench --json scale --soak-minutes 10     # the 10-minute soak (make soak)
+    ailab bench --json --quick scale               # ~30 s, no Ray (tests)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+
+
+
+def _texts(n: int = 256) -> list[str]:
+    from ailab.suites.serving import bench_texts
+
+    return bench_texts(n)
+
+
+# --------------------------------------------------------------------------- Ray Serve
+
+def ray_deployment(max_batch_size: int = 32, batch_wait_s: float = 0.010, max_ongoing_requests: int = 64,
+                   max_queued_requests: int = 128, autoscaling: dict | None = None, threads: int | None = None):
+    """A Ray Serve deployment of the same predictor ailab.server serves. Built lazily: importing this
+    module must not need Ray."""
+    from ray import serve
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    options = {"max_ongoing_requests": max_ongoing_requests, "max_queued_requests": max_queued_requests,
+               "ray_actor_options": {"num_cpus": 1}}
+    if autoscaling:
+        options["autoscaling_config"] = autoscaling
+    else:
+        options["num_replicas"] = 1
+
+    @serve.deployment(**options)
+    class Sentiment:
+        def __init__(self):
+            import torch
+
+            from ailab.server import sentiment_predictor
+
+            if threads:
+                torch.set_num_threads(threads)  # Ray sets OMP threads to the actor's num_cpus otherwise
+            self.predictor = sentiment_predictor("torch")
+            self.predictor.warmup(max_batch_size)
+
+        @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_s)
+        async def predict(self, texts: list[str]) -> list[dict]:
+            return self.predictor(texts)
+
+        async def __call__(self, request: Request):
+            body = await request.json()
+            text = body.get("inputs") if isinstance(body, dict) else None
+            if not isinstance(text, str) or not text:
+                return JSONResponse({"error": 'send {"inputs": "one text"}'}, status_code=422)
+            return JSONResponse({"outputs": [await self.predict(text)]})
+
+    return Sentiment
+
+
+class RayServe:
+    """Ray started on loopback only (no dashboard), Serve's HTTP proxy on 127.0.0.1:<free port>."""
+
+    def __init__(self, num_cpus: int = 2, threads: int | None = None, **deployment_kw):
+        # threads=None keeps Ray's default for a num_cpus=1 replica (OMP/torch threads = 1). Forcing 2 torch
+        # threads in the replica was 2x slower here: it fights the HTTP proxy process for the 2 cores.
+        import ray
+        from ray import serve
+
+        from ailab.services import free_port
+
+        t0 = time.perf_counter()
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 log_to_driver=False, configure_logging=False, namespace="ailab")
+        self.port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        self.start_s = time.perf_counter() - t0
+        app = ray_deployment(threads=threads, **deployment_kw).bind()
+        t1 = time.perf_counter()
+        serve.run(app, name="sentiment", route_prefix="/predict", blocking=False)
+        self._wait_ready()
+        self.deploy_s = time.perf_counter() - t1
+        self.url = f"http://127.0.0.1:{self.port}/predict"
+
+    def _wait_ready(self, timeout_s: float = 240.0) -> None:
+        from ray import serve
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = serve.status().applications.get("sentiment")
+            if status is not None and str(status.status).endswith("RUNNING"):
+                return
+            if status is not None and "FAIL" in str(status.status):
+                raise RuntimeError(f"Ray Serve could not deploy the model: {status.message}")
+            time.sleep(0.5)
+        raise TimeoutError(f"Ray Serve did not become ready within {timeout_s:.0f} s")
+
+    def replicas(self) -> int:
+        from ray import serve
+
+        app = serve.status().applications["sentiment"]
+        return sum(sum(d.replica_states.values()) for d in app.deployments.values())
+
+    def rss_mb(self) -> tuple[float, int]:
+        """Resident memory of every Ray process on this machine (raylet, GCS, proxy, controller, replicas)."""
+        import psutil
+
+        total, n = 0, 0
+        for p in psutil.process_iter(["name", "cmdline", "memory_info"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if p.info["memory_info"] and ("ray::" in cmd or "ray/core" in cmd or "raylet" in cmd or "gcs_server" in cmd
+                                          or "ray/_private" in cmd or "dashboard" in cmd and "ray" in cmd):
+                total += p.info["memory_info"].rss
+                n += 1
+        return total / 2**20, n
+
+    def stop(self) -> None:
+        import ray
+        from ray import serve
+
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+
+# --------------------------------------------------------------------------- the suite
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Ray's processes print to file descriptor 1; keep `ailab bench --json` stdout pure JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def merge_results(results):
+    """One LoadResult from several runs of the same kind: all requests, summed measured time."""
+    from ailab.bench import LoadResult
+
+    first = results[0]
+    return LoadResult(first.mode, first.url, first.clients, first.rate_rps, sum(r.duration_s for r in results),
+                      first.warmup_s, [rec for r in results for rec in r.records], sum(r.elapsed_s for r in results))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="ailab bench scale")
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--duration", type=float, default=None, help="measured seconds per server, over all rounds (default 15, quick 3)")
+    p.add_argument("--slo-ms", type=float, default=500.0, help="p99 bound for the knee (ms)")
+    p.add_argument("--sweep", default=None, help="comma-separated concurrencies (default 1,2,4,8,16,32)")
+    p.add_argument("--soak-minutes", type=float, default=None, help="soak length in minutes (default 1, quick 0.1)")
+    p.add_argument("--no-ray", action="store_true", help="skip the Ray Serve comparison")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved ailab/Ray rounds (default 3)")
+    p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json scale` prints JSON")
+    return p.parse_args(argv or [])
+
+
+def run(quick: bool = False, argv: list[str] | None = None) -> dict:
+    from ailab import bench
+    from ailab.device import describe_hardware
+    from ailab.services import start_ailab_server
+
+    args = parse_args(argv)
+    duration = args.duration or (3.0 if quick else 15.0)
+    soak_min = args.soak_minutes if args.soak_minutes is not None else (0.1 if quick else 1.0)
+    sweep_c = [int(c) for c in args.sweep.split(",")] if args.sweep else ([1, 8] if quick else [1, 2, 4, 8, 16, 32])
+    payloads = [{"inputs": t} for t in _texts()]
+    out: dict = {"device": describe_hardware().one_line(), "clients": args.clients, "duration_s": duration}
+
+    rounds = 1 if quick else max(1, args.rounds)
+    with stdout_to_stderr(), start_ailab_server(["--max-batch-size", "32", "--max-wait-ms", "10",
+                                                 "--max-queue", "1024"]) as srv:
+        url = srv.url + "/v1/predict"
+        ray = None
+        if not args.no_ray and not quick:  # Ray needs ~2 GB and 20-40 s to start: not in the quick run
+            t0 = time.perf_counter()
+            ray = RayServe()
+            out.update(ray_start_s=ray.start_s, ray_deploy_s=ray.deploy_s)
+        try:
+            # Interleaved rounds: on a shared machine, background load then hits both servers alike.
+            mine, theirs = [], []
+            for _ in range(rounds):
+                mine.append(bench.closed_loop(url, payloads, args.clients, duration / rounds, warmup_s=2.0))
+                if ray is not None:
+                    theirs.append(bench.closed_loop(ray.url, payloads, args.clients, duration / rounds, warmup_s=2.0))
+            r = merge_results(mine)
+            out.update(ailab_rps=r.rps, ailab_p50_ms=r.stats.p50_ms, ailab_p99_ms=r.stats.p99_ms,
+                       ailab_errors=r.errors_by_status)
+            one = bench.closed_loop(url, payloads[:1], 1, 1.5 if quick else 3.0, warmup_s=0.5)
+            out["ailab_p50_ms_1_client"] = one.stats.p50_ms
+            if ray is not None:
+                rr = merge_results(theirs)
+                out.update(ray_rps=rr.rps, ray_p50_ms=rr.stats.p50_ms, ray_p99_ms=rr.stats.p99_ms,
+                           ray_errors=rr.errors_by_status, replicas=ray.replicas())
+                one = bench.closed_loop(ray.url, payloads[:1], 1, 3.0, warmup_s=0.5)
+                out["ray_p50_ms_1_client"] = one.stats.p50_ms
+                out["ray_rss_mb"], out["ray_processes"] = ray.rss_mb()
+                out["ailab_rss_mb"] = bench.process_rss_mb(srv.pid)
+        finally:
+            if ray is not None:
+                ray.stop()
+                out["ray_total_s"] = time.perf_counter() - t0
+        if ray is not None:
+            out["ratio"] = out["ailab_rps"] / out["ray_rps"] if out.get("ray_rps") else None
+            out["ailab_faster"] = bool(out["ratio"] and out["ratio"] >= 1.3 and out["ailab_p99_ms"] < out["ray_p99_ms"])
+
+        # Ray is gone: the sweep and the soak see only the ailab server.
+        sw = bench.sweep(url, payloads, sweep_c, slo_p99_ms=args.slo_ms, duration_s=1.5 if quick else 4.0,
+                         warmup_s=0.5 if quick else 1.0)
+        knee = sw.knee or {}
+        out.update(slo_p99_ms=args.slo_ms, knee_concurrency=knee.get("clients"), knee_rps=knee.get("rps"),
+                   knee_p99_ms=knee.get("p99_ms"),
+                   sweep=[{k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()} for p in sw.points()])
+        sk = bench.soak(url, payloads, duration_s=soak_min * 60, clients=8, pid=srv.pid,
+                        sample_every_s=max(1.0, soak_min * 60 / 30), warmup_s=1.0 if quick else 2.0,
+                        progress=soak_min >= 1)
+        out.update(sk.summary())
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}

@@ -1,0 +1,80 @@
+"""The capstone lab's checks fail on plausible wrong answers and pass on the right ones."""
+from __future__ import annotations
+
+import pytest
+
+from ailab.labs import lab_capstone_slo as lab
+from ailab.labs.core import LabCheckFailed
+
+
+def right_verdict(result, target_rps, p99_bound_ms, max_error_rate):
+    problems = []
+    if result.rps < 0.9 * target_rps:
+        problems.append("too slow")
+    if result.stats.p99_ms > p99_bound_ms:
+        problems.append("p99 over bound")
+    if result.error_rate > max_error_rate:
+        problems.append("errors")
+    return not problems, "; ".join(problems) or "ok"
+
+
+def stub(*args):
+    raise NotImplementedError("judge throughput, p99 and errors")
+
+
+WRONG_VERDICTS = {
+    "throughput only": lambda r, t, b, e: (r.rps >= 0.9 * t, "rate"),
+    "mean instead of p99": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.mean_ms <= b and r.error_rate <= e, "m"),
+    "ignores errors": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= b, "no errors checked"),
+    "p50 instead of p99": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p50_ms <= b and r.error_rate <= e, "p50"),
+    "returns a bare bool": lambda r, t, b, e: r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e,
+}
+
+
+def test_verdict_check_passes_the_right_answer():
+    lab.check_slo_verdict(right_verdict)
+
+
+@pytest.mark.parametrize("name", [*WRONG_VERDICTS, "stub"])
+def test_verdict_check_rejects_wrong_answers(name):
+    with pytest.raises(LabCheckFailed):
+        lab.check_slo_verdict(WRONG_VERDICTS.get(name, stub))
+
+
+def test_official_verdict_agrees_with_the_cases():
+    for name, result, want in lab._cases():
+        assert lab.official_verdict(result)[0] == want, name
+
+
+@pytest.mark.parametrize("settings", [None, {}, {"batch_size": 32}, {"max_batch_size": 0}, {"max_wait_ms": -1}])
+def test_settings_check_rejects_malformed(settings):
+    with pytest.raises(LabCheckFailed):
+        lab.check_service_settings(settings)
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    from ailab.server import sentiment_predictor
+
+    return sentiment_predictor()
+
+
+def test_live_check_passes_a_tuned_service(predictor):
+    result = lab.check_service_meets_slo({"max_batch_size": 32, "max_wait_ms": 10}, predictor)
+    assert result.stats.p99_ms <= lab.P99_BOUND_MS
+
+
+@pytest.mark.parametrize("settings", [
+    {"max_batch_size": 64, "max_wait_ms": 600},  # keeps up with the rate, but every request waits for its batch
+    {"max_batch_size": 1},                        # no batching: cannot keep up, the queue grows
+])
+def test_live_check_rejects_a_service_that_misses_the_slo(predictor, settings):
+    with pytest.raises(LabCheckFailed):
+        lab.check_service_meets_slo(settings, predictor)
+
+
+def test_throughput_alone_is_not_enough(predictor):
+    """The long-wait service keeps up with the offered rate: only its p99 fails."""
+    result = lab.measure_service({"max_batch_size": 64, "max_wait_ms": 600}, predictor, duration_s=4.0)
+    assert result.rps >= 0.9 * lab.TARGET_RPS and result.stats.p99_ms > lab.P99_BOUND_MS
+    assert not lab.official_verdict(result)[0]
