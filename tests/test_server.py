@@ -189,9 +189,13 @@ def test_load_failure_not_ready_and_fallback_marked_degraded():
         body = post(c, h.url, {"inputs": "hi"}).json()
         assert body["degraded"] is True and body["outputs"] == [{"label": "unknown", "score": None}]
         assert "ailab_degraded_total 1.0" in c.get(h.url + "/metrics").text
-    app = create_app({"broken": FailingLoader()})
+    loader = FailingLoader()
+    app = create_app({"broken": loader})
     with start_in_thread(app, wait_ready=False) as h, httpx.Client(timeout=30) as c:
-        assert post(c, h.url, {"inputs": "hi"}).status_code == 503
+        for _ in range(5):
+            r = post(c, h.url, {"inputs": "hi"})
+            assert r.status_code == 503 and r.headers["retry-after"] and "weights file missing" in r.json()["error"]
+    assert loader.calls == 1, "a broken model must not be reloaded on every request"
 
 
 def test_logs_are_json_lines_without_raw_input():

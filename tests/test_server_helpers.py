@@ -41,5 +41,9 @@ class SlowPredictor:
 
 
 class FailingLoader:
+    def __init__(self):
+        self.calls = 0
+
     def __call__(self):
+        self.calls += 1
         raise OSError("weights file missing")

@@ -35,11 +35,14 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def torch_forward(model: nn.Module) -> Callable[[dict], np.ndarray]:
-    """A forward function over numpy token arrays, through ailab.engine's TorchRunner when present."""
+    """A forward function over numpy token arrays on the best device (cuda -> mps -> cpu),
+    through ailab.engine's TorchRunner when present."""
+    from ailab.device import pick_device
+
     try:
         from ailab.engine import TorchRunner
 
-        runner = TorchRunner(model, name=f"torch-{type(model).__name__}", device="cpu")
+        runner = TorchRunner(model, name=f"torch-{type(model).__name__}", device=pick_device())
         return runner.run
     except ImportError:  # the engine layer is optional for the server
         model = model.eval()

@@ -80,6 +80,8 @@ class ModelRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._versions: dict[str, int] = {}
         self._closing: set = set()
+        self._failed: dict[str, tuple[float, ModelLoadError]] = {}   # name -> (when, error): no reload storm
+        self.retry_load_s = 10.0
 
     def names(self) -> list[str]:
         return sorted(self.loaders)
@@ -94,8 +96,16 @@ class ModelRegistry:
             lock = self._locks.setdefault(name, asyncio.Lock())
             async with lock:                       # two first requests must not load it twice
                 entry = self.loaded.get(name)
+                failed = self._failed.get(name)
+                if entry is None and failed and time.monotonic() - failed[0] < self.retry_load_s:
+                    raise failed[1]                # a broken model is retried every retry_load_s, not per request
                 if entry is None:
-                    entry = await self._build(name, self.loaders[name])
+                    try:
+                        entry = await self._build(name, self.loaders[name])
+                    except ModelLoadError as e:
+                        self._failed[name] = (time.monotonic(), e)
+                        raise
+                    self._failed.pop(name, None)
                     self._make_room(entry)
                     self.loaded[name] = entry
         entry.last_used = time.monotonic()
