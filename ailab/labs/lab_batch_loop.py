@@ -157,7 +157,15 @@ def serve_with(collect_batch, run_isolated, fn, items: list, max_batch_size: int
         for x in items:
             futures.append(loop.create_future())
             queue.put_nowait((x, futures[-1]))
-        results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 120)
+        everything = asyncio.ensure_future(asyncio.gather(*futures, return_exceptions=True))
+        await asyncio.wait([everything, task], timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        if not everything.done():          # the loop died (or hangs): say so instead of waiting forever
+            everything.cancel()
+            task.cancel()
+            if task.done() and task.exception() is not None:
+                raise task.exception()
+            raise TimeoutError("your loop did not answer every request within 120 s")
+        results = everything.result()
         seconds = time.monotonic() - t0
         task.cancel()
         return {"results": results, "batch_sizes": sizes, "seconds": seconds}
