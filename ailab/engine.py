@@ -129,6 +129,7 @@ class Runner:
 class TorchRunner(Runner):
     """PyTorch eager: eval mode (dropout off), inference mode (no autograd graph), optional fp16/bf16 cast.
 
+    The model is put in eval mode and moved to `device` in place; an fp16/bf16 runner casts a copy.
     Floating-point inputs are cast to the runner's precision inside; outputs come back as float32 numpy.
     """
 
@@ -141,9 +142,11 @@ class TorchRunner(Runner):
                              "(INT8 goes through ONNX Runtime: ailab.quantize)")
         dev = torch.device(device) if device is not None else pick_device()
         self.dtype = _TORCH_DTYPES[precision]
+        if self.dtype != torch.float32:  # cast a copy: the caller's fp32 model (maybe shared) stays fp32
+            import copy
+
+            model = copy.deepcopy(model).to(self.dtype)
         self.model = model.eval().to(dev)  # eval(): dropout off, batch-norm uses running stats (E8)
-        if self.dtype != torch.float32:
-            self.model = self.model.to(self.dtype)
         self.name = name or f"torch-{type(model).__name__}-{precision}"
         self.device, self.precision = dev.type, precision
         self._device = dev

@@ -89,10 +89,9 @@ def test_torch_runner_fp16_and_bf16_stay_close(mlp_export):
     x = {"input": np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)}
     ref = engine.TorchRunner(model, device="cpu").run(x)
     for p in ("bf16", "fp16"):
-        import copy
-
-        out = engine.TorchRunner(copy.deepcopy(model), device="cpu", precision=p).run(x)
+        out = engine.TorchRunner(model, device="cpu", precision=p).run(x)
         assert out.dtype == np.float32 and 0 < np.abs(out - ref).max() < 0.1, p
+        assert next(model.parameters()).dtype == torch.float32  # the caller's model was not cast
 
 
 def test_runner_wrong_dtype_names_the_signature(mlp_export):
