@@ -221,3 +221,8 @@ def test_config_and_cli_defaults_are_safe():
         ServerConfig(too_long="drop")
     with pytest.raises(ValueError, match="max_queue"):
         ServerConfig(max_queue=0)
+
+
+def test_priority_header_is_checked(server, client):
+    assert post(client, server.url, {"inputs": "hi"}, headers={"X-Priority": "2"}).status_code == 200
+    assert post(client, server.url, {"inputs": "hi"}, headers={"X-Priority": "urgent"}).status_code == 400

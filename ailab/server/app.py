@@ -171,6 +171,13 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
                 raise InvalidRequest(400, "X-Timeout-Ms must be a number of milliseconds") from None
         return time.monotonic() + timeout
 
+    def priority_of(request: Request) -> int:
+        """X-Priority: an integer, higher served first (e.g. interactive 1, batch jobs -1); default 0."""
+        raw = request.headers.get("x-priority", "0").strip()
+        if not raw.lstrip("-").isdigit() or len(raw) > 4:
+            raise InvalidRequest(400, "X-Priority must be a small integer, e.g. 1 or -1")
+        return int(raw)
+
     async def infer(req, deadline: float, priority: int):
         """Submit each text; retry once on a batcher closed by a hot swap or an eviction."""
         for attempt in range(2):
@@ -201,8 +208,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
             check_content_type(request.headers.get("content-type"))
             req = parse_predict(await read_body(request), config.max_items, config.max_chars)
             deadline = deadline_for(request)
-            priority = int(request.headers.get("x-priority", "0")) if request.headers.get(
-                "x-priority", "0").lstrip("-").isdigit() else 0
+            priority = priority_of(request)
             if config.max_rss_bytes and state.rss() > config.max_rss_bytes:
                 status, err = 503, "server memory is over its watermark; retry later"
                 return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})

@@ -146,12 +146,15 @@ def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: s
     trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
     model = trained.model.eval()
     if engine == "torch":
-        forward = torch_forward(model)
+        forward, sha, n_bytes = torch_forward(model), state_sha256(model), _n_bytes(model)
     else:
+        from ailab.data import sha256_of
         from ailab.engine import sentiment_runner  # ONNX export and INT8 live in the engine layer
 
-        forward = sentiment_runner("onnx", "int8" if engine == "int8" else "fp32", threads=threads,
-                                   max_length=max_length, trained=trained).runner.run
+        runner = sentiment_runner("onnx", "int8" if engine == "int8" else "fp32", threads=threads,
+                                  max_length=max_length, trained=trained).runner
+        # the identity of what is served is the ONNX file the session loaded, not the torch weights
+        forward, sha, n_bytes = runner.run, sha256_of(runner.path), runner.size_bytes
     return TextClassifierPredictor(forward, trained.encoder.tokenizer, list(trained.split.classes),
-                                   "minilm-sentiment", state_sha256(model), max_length, too_long, engine,
-                                   _n_bytes(model), time.perf_counter() - t0)
+                                   "minilm-sentiment", sha, max_length, too_long, engine, n_bytes,
+                                   time.perf_counter() - t0)
