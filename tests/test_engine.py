@@ -199,3 +199,17 @@ def test_bench_engine_quick_has_every_figure():
     import json
 
     json.dumps(out)
+
+
+def test_sentiment_runner_for_the_server():
+    trained = models.sentiment_classifier()
+    texts = ["A wonderful, moving film with brilliant performances.", "A dull, tedious mess that wastes its cast."]
+    for backend, precision in (("onnx", "int8"), ("onnx", "fp32"), ("torch", "fp32")):
+        clf = engine.sentiment_runner(backend, precision, trained=trained)
+        probs, timings = clf.predict_texts(texts)
+        assert clf.precision == precision and probs.shape == (2, 2) and timings.batch_size == 2
+        assert clf.predict(texts).labels == ["positive", "negative"], (backend, precision)
+    with pytest.raises(ValueError, match="backend"):
+        engine.sentiment_runner("tensorrt", trained=trained)
+    with pytest.raises(ValueError, match="precision"):
+        engine.sentiment_runner("onnx", "fp16", trained=trained)
