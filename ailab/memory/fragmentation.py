@@ -29,13 +29,13 @@ def probe(block_mib: int = 64, blocks: int = 16, cap_gib: float = 2.0) -> dict:
     held = [torch.empty(block_mib * MiB, dtype=torch.uint8, device=dev) for _ in range(blocks)]
     for i in range(0, blocks, 2):
         held[i] = None  # every other block freed: holes of block_mib between live blocks
-    free_in_reserved = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
     request = 3 * block_mib * MiB  # larger than any hole, smaller than all the holes together
-    # fill the rest of the cap so a fresh segment cannot be had either
+    # Fill the rest of the cap with blocks too big for the holes (so the holes stay holes), until
+    # what is left outside the cache is smaller than the request: a fresh segment cannot be had either.
     filler, oom = [], False
     try:
         while True:
-            filler.append(torch.empty(block_mib * MiB, dtype=torch.uint8, device=dev))
+            filler.append(torch.empty(2 * block_mib * MiB + MiB, dtype=torch.uint8, device=dev))
     except torch.cuda.OutOfMemoryError:
         pass
     free_in_reserved = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)

@@ -127,7 +127,8 @@ class MemoryTracker:
         self.interval_s = interval_s
         self.phases: list[Phase] = []
         self.marks: list[tuple[str, float, float]] = []  # (phase, t_start, t_end) on the timeline clock
-        self.timeline: list[dict] = []
+        self._raw: list[tuple] = []  # (t, rss[, cuda_allocated, cuda_reserved, nvml_used]) per sample
+        self._statm_fd = None
         self.sampler_cpu_s = 0.0
         self._psutil = _import_psutil()
         self._proc = self._psutil.Process() if self._psutil else None
@@ -135,7 +136,6 @@ class MemoryTracker:
         self._python_heap = python_heap
         self._t0 = time.perf_counter()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self._thread = None
         if sample:
             self.start()
@@ -206,17 +206,55 @@ class MemoryTracker:
         self._thread.join()
         self._thread = None
 
+    def _sample_fn(self):
+        """The cheapest reading that serves the timeline, built once.
+
+        The sampler competes with the forward pass for the GIL and, on a busy machine, for a core;
+        every microsecond it holds the GIL can stall the main thread. So: RSS from a pre-opened
+        /proc/self/statm (one pread), CUDA counters on a GPU, and no mallinfo2 (it takes malloc's
+        arena lock, which would block the main thread's allocations).
+        """
+        page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        try:
+            fd = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            fd = None
+        self._statm_fd = fd
+
+        def rss() -> int | None:
+            if fd is not None:
+                return int(os.pread(fd, 128, 0).split()[1]) * page
+            return self.rss()
+
+        if self.device.type != "cuda":
+            return lambda: (time.perf_counter() - self._t0, rss())
+        dev, nvml = self.device, self._nvml
+
+        def with_cuda():
+            used = float(nvml[0].nvmlDeviceGetMemoryInfo(nvml[1]).used) if nvml else None
+            return (time.perf_counter() - self._t0, rss(), torch.cuda.memory_allocated(dev),
+                    torch.cuda.memory_reserved(dev), used)
+
+        return with_cuda
+
     def _run(self) -> None:
         cpu0 = time.thread_time()
+        sample, raw = self._sample_fn(), self._raw
         while not self._stop.wait(self.interval_s):
-            sample = {"t": time.perf_counter() - self._t0, **self.snapshot()}
-            with self._lock:
-                self.timeline.append(sample)
+            raw.append(sample())  # list.append is atomic under the GIL: no lock needed
         self.sampler_cpu_s += time.thread_time() - cpu0
+        if self._statm_fd is not None:
+            os.close(self._statm_fd)
+
+    @property
+    def timeline(self) -> list[dict]:
+        """The samples so far, one dict per sample (t in seconds since the tracker started, bytes)."""
+        keys = ("t", "rss") if self.device.type != "cuda" else ("t", "rss", "cuda_allocated", "cuda_reserved",
+                                                                "nvml_used")
+        return [dict(zip(keys, row)) for row in list(self._raw)]
 
     def _rss_peak_between(self, t_start: float, t_end: float) -> float | None:
-        with self._lock:
-            values = [s["rss"] for s in self.timeline if t_start <= s["t"] <= t_end and s["rss"] is not None]
+        values = [row[1] for row in list(self._raw) if t_start <= row[0] <= t_end and row[1] is not None]
         return max(values) if values else None
 
     # --- phases ----------------------------------------------------------------------------------
@@ -285,8 +323,7 @@ class MemoryTracker:
 
         from ailab.device import describe_hardware
 
-        with self._lock:
-            samples = list(self.timeline)
+        samples = self.timeline
         fig = go.Figure()
         ts = [s["t"] for s in samples]
         for key in ("rss", "malloc_in_use", "cuda_allocated", "cuda_reserved", "nvml_used"):

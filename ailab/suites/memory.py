@@ -44,7 +44,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         with torch.inference_mode():
             model(**inputs)
 
-    over = memory.sampler_overhead(forward, pairs=6 if quick else 16, calls_per_block=2 if quick else 3)
+    over = memory.sampler_overhead(forward, pairs=10 if quick else 30, calls_per_block=1 if quick else 2)
     result["overhead_seconds"] = time.perf_counter() - t_start
     result["tracker_overhead_frac"] = over["overhead_frac"]
     result["sampler_cpu_frac"] = over["sampler_cpu_frac"]
