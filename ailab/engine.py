@@ -61,6 +61,10 @@ def _as_numpy(value, name: str) -> np.ndarray:
     raise TypeError(f"input {name!r} is a {type(value).__name__}; pass a numpy array or a torch tensor")
 
 
+def _shapes(batch) -> dict:
+    return {k: f"{str(v.dtype).replace('torch.', '')}{list(v.shape)}" for k, v in batch.items() if hasattr(v, "shape")}
+
+
 def check_batch(batch, spec: Sequence[InputSpec], runner: str = "runner") -> None:
     """Raise a clear TypeError/ValueError when `batch` does not fit `spec` (names, dtypes, ranks, fixed dims)."""
     expected = f"{runner} expects {describe_spec(spec)}"
@@ -174,7 +178,11 @@ class TorchRunner(Runner):
         names = [s.name for s in self.input_spec]
         if not self._check and sorted(batch) != sorted(names):
             raise ValueError(f"batch has inputs {sorted(batch)} but {self.name} expects {names}")
-        out = self.model(**{n: self._to_tensor(batch[n], n) for n in names})
+        try:
+            out = self.model(**{n: self._to_tensor(batch[n], n) for n in names})
+        except (RuntimeError, TypeError, IndexError, ValueError) as e:  # a shape torch could not use
+            raise ValueError(f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
+                             f"it expects {describe_spec(self.input_spec) if self._check else names}") from e
         sync(self._device)
         outs = out if isinstance(out, (tuple, list)) else [out]
         return [o.float().cpu().numpy() if o.is_floating_point() else o.cpu().numpy() for o in outs]
@@ -230,7 +238,11 @@ class OnnxRunner(Runner):
     def run_all(self, batch) -> list[np.ndarray]:
         check_batch(batch, self.input_spec, self.name)
         feed = {s.name: np.ascontiguousarray(_as_numpy(batch[s.name], s.name)) for s in self.input_spec}
-        return self.session.run(None, feed)
+        try:
+            return self.session.run(None, feed)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own exception types; say it in words
+            raise ValueError(f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
+                             f"it expects {describe_spec(self.input_spec)}") from e
 
     @property
     def size_bytes(self) -> int:

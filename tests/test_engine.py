@@ -123,6 +123,18 @@ def test_runner_wrong_shape_and_names(mlp_export, tiny_export):
         tr.run({"input": torch.zeros(2, 4, dtype=torch.long)})
 
 
+def test_errors_inside_the_model_are_rephrased(tiny_export, mlp_export):
+    _, tres = tiny_export
+    t = engine.OnnxRunner(tres.path)
+    ids = np.full((2, 5), 10**6, np.int64)  # token ids beyond the vocabulary: fails inside the graph
+    with pytest.raises(ValueError, match=r"could not run inputs .*expects input_ids: int64\[batch, seq\]"):
+        t.run({"input_ids": ids, "attention_mask": np.ones((2, 5), np.int64)})
+    model, _ = mlp_export
+    r = engine.TorchRunner(model, device="cpu")  # no input_spec: the model itself rejects the shape
+    with pytest.raises(ValueError, match=r"could not run inputs \{'input': 'float32\[2, 5\]'\}"):
+        r.run({"input": np.zeros((2, 5), np.float32)})
+
+
 def test_fixed_batch_export_is_caught_by_the_runner(tmp_path):
     res = engine.export_onnx(nn.Linear(4, 2), torch.randn(3, 4), tmp_path / "fixed.onnx", dynamic_axes={})
     r = engine.OnnxRunner(res.path)
