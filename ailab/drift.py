@@ -74,9 +74,9 @@ class DriftDetector:
         agreement = float((ev.preds == self.reference_preds).mean())
         change = ev.accuracy - self.reference_accuracy
         reasons = []
-        if abs(change) > self.threshold:
+        if abs(change) > self.threshold + 1e-9:  # 1e-9: a change of exactly the threshold is not over it
             reasons.append(f"accuracy moved {change * 100:+.2f} pt (> {self.threshold:.1%})")
-        if 1 - agreement > self.threshold:
+        if 1 - agreement > self.threshold + 1e-9:
             reasons.append(f"{1 - agreement:.2%} of predictions changed (> {self.threshold:.1%})")
         result = DriftCheck(time.time(), runner.name, ev.accuracy, agreement, change, bool(reasons), reasons)
         self.history.append(result)

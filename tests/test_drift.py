@@ -54,3 +54,22 @@ def test_bad_arguments(setup):
         DriftDetector(inputs, y[:10], runner)
     with pytest.raises(TypeError, match="preprocess"):
         Preprocessed(runner, "x/16")
+
+
+def test_a_change_of_exactly_the_threshold_does_not_alert(setup):
+    _, runner, inputs, y = setup
+    n = 200  # 1 row in 200 = 0.5 %
+    det = DriftDetector({"input": inputs["input"][:n]}, y[:n], runner, threshold=0.005)
+    ref = det.reference_preds
+
+    class FlipOne(engine.Runner):
+        name, device, precision, input_spec = "flip-one", "cpu", "fp32", runner.input_spec
+
+        def run_all(self, batch):
+            out = runner.run_all(batch)[0].copy()
+            hit = np.where((batch["input"] == inputs["input"][0]).all(1))[0]
+            out[hit] = -out[hit]  # a different prediction for exactly one reference row
+            return [out]
+
+    c = det.check(FlipOne())
+    assert c.agreement == pytest.approx(1 - 1 / n) and not c.alert, c
