@@ -21,6 +21,7 @@ import csv
 import io
 import json
 import math
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -322,6 +323,42 @@ def open_loop(url: str, payloads: Sequence | None, rate_rps: float = 50.0, durat
     return _run(main)
 
 
+# --------------------------------------------------------------------------- in a child process
+
+def in_subprocess(kind: str, url: str, payloads: Sequence | None, process_timeout_s: float = 900.0,
+                  **kwargs) -> LoadResult:
+    """Run closed_loop or open_loop in a child Python process and return its LoadResult here.
+
+    Use it when the server runs inside this process (start_in_thread): the load generator's JSON and
+    socket work then has its own GIL instead of taking turns with the server it measures.
+    """
+    import subprocess
+    import sys
+
+    if kind not in ("closed_loop", "open_loop"):
+        raise ValueError(f"kind must be 'closed_loop' or 'open_loop' (got {kind!r})")
+    spec = json.dumps({"kind": kind, "url": url, "payloads": payloads, "kwargs": kwargs})
+    proc = subprocess.run([sys.executable, "-m", "ailab.bench"], input=spec, capture_output=True, text=True,
+                          timeout=process_timeout_s)
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
+        if "BenchTargetError" in proc.stderr:
+            raise BenchTargetError(err.split(": ", 1)[-1])
+        raise RuntimeError(f"the load generator process failed: {err}")
+    d = json.loads(proc.stdout)
+    return LoadResult(d["mode"], d["url"], d["clients"], d["rate_rps"], d["duration_s"], d["warmup_s"],
+                      [tuple(r) for r in d["records"]], d["elapsed_s"], d["window_s"])
+
+
+def _child_main() -> None:
+    spec = json.loads(sys.stdin.read())
+    fn = {"closed_loop": closed_loop, "open_loop": open_loop}[spec["kind"]]
+    r = fn(spec["url"], spec["payloads"], progress=False, **spec["kwargs"])
+    print(json.dumps({"mode": r.mode, "url": r.url, "clients": r.clients, "rate_rps": r.rate_rps,
+                      "duration_s": r.duration_s, "warmup_s": r.warmup_s, "records": r.records,
+                      "elapsed_s": r.elapsed_s, "window_s": r.window_s}, default=float))
+
+
 # --------------------------------------------------------------------------- sweep and knee
 
 @dataclass
@@ -492,3 +529,7 @@ def soak(url: str, payloads: Sequence | None, duration_s: float = 60.0, clients:
         samples.append({"t_s": t, "rss_mb": mb, "p50_ms": float(p50), "p99_ms": float(p99),
                         "rps": len(lats) / sample_every_s})
     return SoakResult(load, samples, pid, rss_limit_mb_per_min, p99_limit_ms_per_min)
+
+
+if __name__ == "__main__":
+    _child_main()
