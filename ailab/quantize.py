@@ -87,9 +87,17 @@ def model_size_bytes(runner: Runner) -> int:
 # ----------------------------------------------------------------------------- INT8 through ONNX Runtime
 
 
+@contextlib.contextmanager
 def _quiet():
-    # onnxruntime.quantization logs a "consider pre-processing" warning on every call; it is advice, not a fault.
-    logging.getLogger().setLevel(logging.ERROR)
+    """onnxruntime.quantization logs a "consider pre-processing" warning on the root logger at every call;
+    it is advice, not a fault. Raise the root level for the call only, so the caller's logging is untouched."""
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(old)
 
 
 def _fresh(out: Path, src: Path) -> bool:
@@ -113,9 +121,9 @@ def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None
     out = Path(out) if out is not None else path.with_name(f"{path.stem}.int8-dynamic{'' if per_channel else '-pt'}.onnx")
     if reuse and _fresh(out, path):
         return out
-    _quiet()
     tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
-    quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
+    with _quiet():
+        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
     os.replace(tmp, out)
     return out
 
@@ -200,10 +208,9 @@ def quantize_static_int8(path: str | os.PathLike, reader: CalibrationReader, out
     calib = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
              "percentile": CalibrationMethod.Percentile}[method]
     out = Path(out) if out is not None else path.with_name(f"{path.stem}.int8-static-{method}.onnx")
-    _quiet()
     reader.rewind()
     tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
-    with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print progress lines
+    with _quiet(), contextlib.redirect_stdout(io.StringIO()):  # histogram calibrators print progress lines
         quantize_static(str(path), str(tmp), reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
                         calibrate_method=calib, op_types_to_quantize=list(op_types) if op_types else None,
                         extra_options={"CalibPercentile": percentile} if method == "percentile" else None)
