@@ -1,5 +1,4 @@
 """The admission-control lab's checks pass the right answer and reject plausible wrong ones."""
-from collections import deque
 
 import pytest
 

@@ -7,7 +7,6 @@ import time
 
 import httpx
 import numpy as np
-import pytest
 
 from ailab.batching import run_sync
 from ailab.server import create_app, start_in_thread
