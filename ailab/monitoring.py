@@ -307,15 +307,18 @@ def alert_figure(results: list[AlertResult], title: str):
 
 
 class InjectedSlowdown:
-    """Wrap a server predictor: while `delay_s` > 0 every batch first sleeps that long.
+    """Wrap a server predictor to inject faults: while `delay_s` > 0 every batch first sleeps that long;
+    while `fail` is set every batch raises (the model "is unavailable").
 
-    A fault drill: alerts are only trusted once they have been seen to fire on a real fault.
+    A fault drill: alerts and fallbacks are only trusted once they have been seen to work on a real fault.
     """
 
     def __init__(self, predictor):
-        self.predictor, self.delay_s = predictor, 0.0
+        self.predictor, self.delay_s, self.fail = predictor, 0.0, False
 
     def __call__(self, texts):
+        if self.fail:
+            raise RuntimeError("injected fault: the model is unavailable")
         if self.delay_s > 0:
             time.sleep(self.delay_s)
         return self.predictor(texts)

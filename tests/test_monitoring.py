@@ -142,3 +142,25 @@ def test_recorder_scrapes_a_real_metrics_endpoint(tmp_path):
         httpd.shutdown()
     with pytest.raises(ConnectionError, match="cannot scrape"):
         M.scrape(f"http://127.0.0.1:{services.free_port()}/metrics", timeout_s=1)
+
+
+def test_injected_fault_wraps_a_predictor():
+    calls = []
+
+    class P:
+        name = "p"
+
+        def __call__(self, texts):
+            calls.append(texts)
+            return [len(t) for t in texts]
+
+    f = M.InjectedSlowdown(P())
+    assert f(["ab"]) == [2] and f.name == "p"
+    f.delay_s = 0.05
+    t0 = time.perf_counter()
+    f(["x"])
+    assert time.perf_counter() - t0 >= 0.05
+    f.fail = True
+    with pytest.raises(RuntimeError, match="injected"):
+        f(["x"])
+    assert len(calls) == 2
