@@ -234,3 +234,28 @@ def test_http_suite_bad_input_exits_with_a_message(argv, match):
     with pytest.raises(SystemExit) as e:
         http.run(argv=[a.format(port=port) for a in argv])
     assert match in str(e.value.code)
+
+
+def test_in_subprocess_returns_the_same_kind_of_result(server):
+    url = server(delay_s=0.005)
+    r = bench.in_subprocess("open_loop", url, [{"x": 1}], rate_rps=40, duration_s=1.0, warmup_s=0.2, seed=3)
+    assert isinstance(r, LoadResult) and r.mode == "open" and r.rate_rps == 40 and r.error_rate == 0
+    assert 15 < r.n < 80 and r.stats.p50_ms >= 5
+    with pytest.raises(BenchTargetError):
+        bench.in_subprocess("closed_loop", f"http://127.0.0.1:{_free_port()}/", None, clients=1, duration_s=1)
+    with pytest.raises(ValueError, match="kind"):
+        bench.in_subprocess("soak", url, None)
+
+
+def test_scale_suite_quick_on_the_real_server():
+    """`ailab bench --quick scale`: the ailab server in a child process, sweep + knee + a short soak (no Ray)."""
+    from ailab.suites import scale
+
+    out = scale.run(quick=True, argv=["--slo-ms", "2000"])
+    for key in ("ailab_rps", "ailab_p99_ms", "ray_rps", "ray_p99_ms", "ratio", "knee_concurrency", "knee_rps",
+                "soak_rss_slope_mb_per_min", "soak_minutes", "device"):
+        assert key in out, key
+    assert out["ailab_rps"] > 1 and out["ailab_errors"] == {} and out["ray_rps"] is None
+    assert out["knee_concurrency"] in (1, 8) and out["knee_rps"] > 0
+    assert out["soak_minutes"] == pytest.approx(0.1) and abs(out["soak_rss_slope_mb_per_min"]) < 1000
+    assert json.dumps(out)
