@@ -68,3 +68,9 @@ def test_live_check_rejects_a_service_with_a_long_batch_wait(predictor):
     """Every request waits up to 600 ms for its batch to fill: p99 breaks the 400 ms bound."""
     with pytest.raises(LabCheckFailed, match="p99"):
         lab.check_service_meets_slo({"max_batch_size": 64, "max_wait_ms": 600}, predictor)
+
+
+def test_settings_checks_take_the_learners_function():
+    lab.check_service_settings(lambda: {"max_batch_size": 32, "max_wait_ms": 10})
+    with pytest.raises(LabCheckFailed, match="not implemented"):
+        lab.check_service_settings(stub)
