@@ -54,7 +54,7 @@ async def closed_loop_http(url: str, texts: list[str], concurrency: int = 32, du
 
     A deliberately lean client (raw asyncio streams, keep-alive, pre-encoded bodies): on a 2-core machine
     the load generator shares the CPU with the server, and a heavy client would measure itself.
-    Only requests *sent* inside the measurement window count.
+    Only answers that arrive inside the measurement window count.
     """
     from urllib.parse import urlsplit
 
@@ -82,10 +82,11 @@ async def closed_loop_http(url: str, texts: list[str], concurrency: int = 32, du
                 if conn is not None:
                     conn[1].close()
                 conn = None
-            if t0 >= measure_from:
+            t1 = time.monotonic()
+            if measure_from <= t1 < stop_at:       # answers that came back inside the window
                 statuses[str(code)] = statuses.get(str(code), 0) + 1
                 if code == 200:
-                    latencies.append((time.monotonic() - t0) * 1e3)
+                    latencies.append((t1 - t0) * 1e3)
             i += concurrency
         if conn is not None:
             conn[1].close()
