@@ -154,6 +154,7 @@ def test_find_max_batch_with_real_measurement(tiny):
 # --- tracker ------------------------------------------------------------------------------------------
 def test_tracker_records_phases_and_timeline():
     with memory.MemoryTracker(device="cpu", interval_s=0.005) as tr:
+        assert tr.wait_ready()
         with tr.phase("allocate"):
             keep = torch.ones(20 * 2**20 // 4)  # 20 MiB
             keep += 1
@@ -198,6 +199,18 @@ def test_tracker_rejects_bad_arguments():
     with pytest.raises(ValueError, match="phase name"):
         with tr.phase(""):
             pass
+
+
+def test_cpu_sampler_is_a_child_process_that_goes_away():
+    import os
+
+    tr = memory.MemoryTracker(device="cpu", interval_s=0.01)
+    assert tr.wait_ready()
+    child = tr._child.pid
+    assert os.path.exists(f"/proc/{child}")
+    tr.close()
+    assert tr._child is None and len(tr.timeline) >= 1
+    assert not os.path.exists(f"/proc/{child}/statm") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
 
 
 def test_sampler_overhead_reports_fractions():

@@ -71,6 +71,7 @@ def rss_peak_delta(fn: Callable[[], object], interval_s: float = 0.002) -> int:
     """RSS peak while `fn()` runs minus RSS just before it (after gc + malloc_trim): the noisy cross-check."""
     trim_malloc()
     with MemoryTracker(device="cpu", interval_s=interval_s, python_heap=False) as tracker:
+        tracker.wait_ready()
         with tracker.phase("call"):
             fn()
     phase = tracker.phases[0].counters

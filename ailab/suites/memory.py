@@ -47,6 +47,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     over = memory.sampler_overhead(forward, pairs=10 if quick else 30, calls_per_block=1 if quick else 2)
     result["overhead_seconds"] = time.perf_counter() - t_start
     result["tracker_overhead_frac"] = over["overhead_frac"]
+    result["tracker_overhead_median_frac"] = over["overhead_median_frac"]
+    result["overhead_forward_median_s"] = over["fn_median_s"]
     result["sampler_cpu_frac"] = over["sampler_cpu_frac"]
     result["sampler_interval_s"] = over["interval_s"]
 
