@@ -226,3 +226,15 @@ def test_config_and_cli_defaults_are_safe():
 def test_priority_header_is_checked(server, client):
     assert post(client, server.url, {"inputs": "hi"}, headers={"X-Priority": "2"}).status_code == 200
     assert post(client, server.url, {"inputs": "hi"}, headers={"X-Priority": "urgent"}).status_code == 400
+
+
+def test_multi_text_request_is_admitted_all_or_nothing():
+    slow = SlowPredictor(tiny(0), batch_s=0.3)
+    app = create_app({"t": lambda: slow}, max_batch_size=2, max_queue=4, torch_threads=1, warmup=False)
+    with start_in_thread(app) as h, httpx.Client(timeout=30) as c:
+        r = post(c, h.url, {"inputs": ["a", "b", "c", "d", "e"]})
+        assert r.status_code == 503 and r.headers["retry-after"]
+        slow.batch_sizes.clear()
+        assert post(c, h.url, {"inputs": ["a", "b", "c"]}).status_code == 200
+        assert sum(slow.batch_sizes) == 3, "the refused request must not have been computed"
+        assert post(c, h.url, {"inputs": "hi"}, headers={"X-Timeout-Ms": "nan"}).status_code == 400

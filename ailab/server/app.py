@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import math
 import os
 import re
 import time
@@ -166,9 +167,12 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
         asked = request.headers.get("x-timeout-ms")
         if asked is not None:
             try:
-                timeout = min(timeout, max(0.0, float(asked)) / 1e3)
+                ms = float(asked)
             except ValueError:
-                raise InvalidRequest(400, "X-Timeout-Ms must be a number of milliseconds") from None
+                ms = math.nan
+            if not (math.isfinite(ms) and ms >= 0):
+                raise InvalidRequest(400, "X-Timeout-Ms must be a number of milliseconds, 0 or more")
+            timeout = min(timeout, ms / 1e3)
         return time.monotonic() + timeout
 
     def priority_of(request: Request) -> int:
@@ -182,10 +186,20 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
         """Submit each text; retry once on a batcher closed by a hot swap or an eviction."""
         for attempt in range(2):
             entry = await registry.get(req.model)
+            b = entry.batcher
             try:
-                subs = [entry.batcher.submit(t, priority=priority, deadline=deadline) for t in req.texts]
-                outputs = [await subs[0]] if len(subs) == 1 else await asyncio.gather(*subs)
-                return entry, outputs
+                if len(req.texts) == 1:
+                    return entry, [await b.submit(req.texts[0], priority=priority, deadline=deadline)]
+                if b.queue_depth + len(req.texts) > b.max_queue:   # all or nothing: no half-served requests
+                    b.stats.rejected += 1
+                    raise QueueFullError(f"{len(req.texts)} texts do not fit in the queue")
+                tasks = [asyncio.ensure_future(b.submit(t, priority=priority, deadline=deadline)) for t in req.texts]
+                try:
+                    return entry, await asyncio.gather(*tasks)
+                except BaseException:
+                    for t in tasks:                   # one text failed: stop paying for its siblings
+                        t.cancel()
+                    raise
             except BatcherClosedError:
                 if attempt == 1:
                     raise
