@@ -391,8 +391,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     p.add_argument("--rounds", type=int, default=None)
     args = p.parse_args(argv or [])
     rounds = args.rounds or (2 if quick else 4)
-    total = args.seconds or (6.0 if quick else 20.0)
-    window, warmup = total / rounds, 1.0
+    total = args.seconds or (4.0 if quick else 20.0)
+    window, warmup = total / rounds, (0.5 if quick else 1.0)
     t_start = time.perf_counter()
     threads = max(1, torch.get_num_threads())
     texts = bench_texts()
@@ -411,7 +411,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     batcher = apps["batched"].state.ailab.registry.loaded["sentiment"].batcher
     try:
         for _ in range(rounds):
-            alone_rounds.append(model_alone(predictor, texts, args.max_batch_size, seconds=2.0 if quick else 4.0))
+            alone_rounds.append(model_alone(predictor, texts, args.max_batch_size, seconds=1.5 if quick else 4.0))
             for k, h in handles.items():
                 busy0, t0 = batcher.stats.busy_s, time.monotonic()
                 windows[k].append(closed_loop_http_subprocess(h.url + "/v1/predict", texts, args.clients,
