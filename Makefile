@@ -45,9 +45,13 @@ lab: setup
 	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT) --no-browser --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/0_orientation/00_tour.ipynb $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## test: unit tests, every notebook and solution (nbval), and the lab-validity tests
+# Both halves always run, so one failure does not hide another; the target fails if either did.
 test: setup services
-	$(BIN)/pytest -q tests
-	$(NBVAL) notebooks solutions
+	@unit=0; nb=0; \
+	$(BIN)/pytest -q tests || unit=$$?; \
+	$(NBVAL) notebooks solutions || nb=$$?; \
+	echo "unit tests exit $$unit, notebooks exit $$nb"; \
+	[ $$unit = 0 ] && [ $$nb = 0 ]
 
 test-unit: setup
 	$(BIN)/pytest -q tests
@@ -59,8 +63,11 @@ test-notebooks: setup
 test-gpu: export AILAB_REQUIRE_GPU := 1
 test-gpu: setup services
 	$(BIN)/python -c "import ailab.device as d; d.require_gpu(); print(d.describe_hardware().one_line())"
-	$(BIN)/pytest -q tests
-	$(NBVAL) notebooks solutions
+	@unit=0; nb=0; \
+	$(BIN)/pytest -q tests || unit=$$?; \
+	$(NBVAL) notebooks solutions || nb=$$?; \
+	echo "unit tests exit $$unit, notebooks exit $$nb"; \
+	[ $$unit = 0 ] && [ $$nb = 0 ]
 
 ## test-ui: the tour as a learner sees it, in headless Chromium (needs Debian's chromium)
 test-ui: setup
