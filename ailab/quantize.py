@@ -14,6 +14,7 @@ import contextlib
 import io
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -24,7 +25,7 @@ from torch import nn
 
 from ailab.device import bf16_supported, fp16_supported, pick_device
 from ailab.engine import InputSpec, OnnxRunner, Runner, TorchRunner, check_batch
-from ailab.timing import measure_latency
+from ailab.timing import LatencyStats, latency_stats, measure_latency
 
 DEFAULT_GATE_POINTS = 0.5  # the largest accuracy drop (percentage points) a quantized model may cost
 
@@ -337,6 +338,26 @@ def latency_batch(inputs: Mapping[str, np.ndarray], batch_size: int) -> dict[str
     return {k: np.ascontiguousarray(np.asarray(v)[idx]) for k, v in inputs.items()}
 
 
+def interleaved_latency(runners: Mapping[str, Runner], batch: Mapping[str, np.ndarray], iters: int = 20,
+                        warmup: int = 3, max_seconds: float | None = None) -> dict[str, LatencyStats]:
+    """Latency of several runners on one batch, timed in interleaved rounds (a, b, c, a, b, c, ...).
+
+    On a shared machine the load drifts; timing one runner after the other would charge a busy minute
+    to whichever ran in it. Interleaving gives every runner the same conditions, so ratios are fair.
+    """
+    for r in runners.values():  # warm-up, untimed (runners sync their device before returning)
+        for _ in range(warmup):
+            r.run(batch)
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    start = time.perf_counter()
+    for i in range(iters):
+        for key, r in runners.items():
+            samples[key].append(measure_latency(lambda: r.run(batch), iters=1, warmup=0, device=r.device).p50_ms)
+        if max_seconds is not None and i >= 2 and time.perf_counter() - start > max_seconds:
+            break
+    return {k: latency_stats(v) for k, v in samples.items()}
+
+
 def quant_report(candidate: Runner, baseline: Runner, inputs: Mapping[str, np.ndarray], labels: np.ndarray,
                  max_drop_points: float = DEFAULT_GATE_POINTS, latency_iters: int = 20, max_seconds: float = 10.0,
                  baseline_eval: Evaluation | None = None) -> QuantReport:
@@ -344,11 +365,10 @@ def quant_report(candidate: Runner, baseline: Runner, inputs: Mapping[str, np.nd
     base = baseline_eval or evaluate(baseline, inputs, labels)
     cand = evaluate(candidate, inputs, labels)
     lat, base_lat = {}, {}
-    for bs in (1, 32):  # baseline and candidate timed back to back on the same batch: a fair ratio
-        batch = latency_batch(inputs, bs)
-        for runner, into in ((baseline, base_lat), (candidate, lat)):
-            into[bs] = measure_latency(lambda: runner.run(batch), iters=latency_iters, warmup=3,
-                                       max_seconds=max_seconds, device="cpu" if runner.device == "cpu" else None)
+    for bs in (1, 32):
+        stats = interleaved_latency({"base": baseline, "cand": candidate}, latency_batch(inputs, bs),
+                                    iters=latency_iters, warmup=3, max_seconds=max_seconds)
+        base_lat[bs], lat[bs] = stats["base"], stats["cand"]
     gate = accuracy_gate(base.accuracy, cand.accuracy, max_drop_points)
     size, base_size = model_size_bytes(candidate), model_size_bytes(baseline)
     return QuantReport(candidate.name, candidate.precision, size, base_size / size, lat[1].p50_ms, lat[1].p99_ms,

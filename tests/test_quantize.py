@@ -159,3 +159,19 @@ def test_precision_view_callback():
     from ailab import viz
 
     assert viz.bar_chart(**view, subtitle="test").layout.title.text.startswith("int8 at batch 32")
+
+
+def test_interleaved_latency_times_each_runner_in_turn():
+    order = []
+
+    class Fake(engine.Runner):
+        def __init__(self, name):
+            self.name, self.device, self.precision, self.input_spec = name, "cpu", "fp32", []
+
+        def run_all(self, batch):
+            order.append(self.name)
+            return [np.zeros((1, 2), np.float32)]
+
+    stats = q.interleaved_latency({"a": Fake("a"), "b": Fake("b")}, {}, iters=4, warmup=2)
+    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 4  # warm-up, then alternating rounds
+    assert stats["a"].n == stats["b"].n == 4

@@ -19,7 +19,7 @@ import torch
 from ailab import engine, quantize
 from ailab.device import describe_hardware
 from ailab.models import sentiment_classifier
-from ailab.timing import latency_stats, measure_latency, ratio
+from ailab.timing import ratio
 
 SEQ = 64
 TARGETS = {"int8_vs_ort_fp32_b32": 1.7, "int8_vs_torch_fp32_b32": 3.0, "accuracy_drop_points": 0.5, "size_ratio": 3.5}
@@ -57,23 +57,12 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     texts = split.X_test
     full = quantize.text_inputs(tok, texts[:64], SEQ)  # every row padded to 64: the benchmark's fixed shape
     out["load_avg_1min_start"] = round(os.getloadavg()[0], 2)
-    for bs in (1, 32):
-        batch = quantize.latency_batch(full, bs)
-        for r in runners.values():  # warm-up, untimed
-            measure_latency(lambda: r.run(batch), iters=1, warmup=warmup, device="cpu")
-        # Interleaved rounds (torch, ORT, INT8, torch, ...): on a shared machine the load drifts, and
-        # timing one runner after another would charge the drift to whichever ran in the busy minute.
-        samples: dict[str, list[float]] = {k: [] for k in runners}
-        t_bs = time.perf_counter()
-        for i in range(iters):
-            for key, r in runners.items():
-                samples[key].append(measure_latency(lambda: r.run(batch), iters=1, warmup=0, device="cpu").p50_ms)
-            if i >= 2 and time.perf_counter() - t_bs > cap:
-                break
-        for key, ms in samples.items():
-            stats = latency_stats(ms)
-            out[f"{key}_ms_b{bs}"] = round(stats.p50_ms, 3)
-            out[f"{key}_p99_ms_b{bs}"] = round(stats.p99_ms, 3)
+    for bs in (1, 32):  # interleaved rounds: on a shared machine every runner sees the same load
+        stats = quantize.interleaved_latency(runners, quantize.latency_batch(full, bs), iters=iters, warmup=warmup,
+                                             max_seconds=cap)
+        for key, st in stats.items():
+            out[f"{key}_ms_b{bs}"] = round(st.p50_ms, 3)
+            out[f"{key}_p99_ms_b{bs}"] = round(st.p99_ms, 3)
     out["int8_speedup_vs_torch_fp32_b32"] = round(ratio(out["torch_fp32_ms_b32"], out["ort_int8_ms_b32"]), 3)
     out["int8_speedup_vs_ort_fp32_b32"] = round(ratio(out["ort_fp32_ms_b32"], out["ort_int8_ms_b32"]), 3)
     out["ort_fp32_speedup_vs_torch_fp32_b32"] = round(ratio(out["torch_fp32_ms_b32"], out["ort_fp32_ms_b32"]), 3)
