@@ -66,8 +66,8 @@ def leak_slope(samples, warmup_frac: float = 0.2, min_slope_bytes: float = 4 * K
 
 
 def soak(step: Callable[[int], object], iters: int, device: torch.device | str | None = None,
-         counter: str | tuple[str, ...] = "auto") -> list[float] | dict[str, list[float]]:
-    """Run `step(i)` `iters` times; return a memory reading (bytes) after each.
+         counter: str | tuple[str, ...] = "auto", warmup: int = 0) -> list[float] | dict[str, list[float]]:
+    """Run `step(i)` `warmup` times unread, then `iters` times; return a memory reading (bytes) after each.
 
     counter: "cuda" (memory_allocated), "malloc" (glibc bytes in use: exact, the CPU default when
     available), "rss" (pages the process holds: moves in steps as the heap grows), or "auto".
@@ -88,6 +88,10 @@ def soak(step: Callable[[int], object], iters: int, device: torch.device | str |
             raise ValueError("counter='malloc' needs glibc >= 2.33; use counter='rss'")
         if n == "cuda" and tracker.device.type != "cuda":
             raise ValueError("counter='cuda' needs a CUDA device")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    for i in range(warmup):  # caches, bounded histories and allocator pools fill up here
+        step(-1 - i)
     trim_malloc()
     out: dict[str, list[float]] = {n: [] for n in names}
     for i in range(iters):

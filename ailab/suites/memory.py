@@ -44,7 +44,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         with torch.inference_mode():
             model(**inputs)
 
-    over = memory.sampler_overhead(forward, pairs=10 if quick else 30, calls_per_block=1 if quick else 2)
+    over = memory.sampler_overhead(forward, pairs=6 if quick else 30, calls_per_block=1 if quick else 2)
     result["overhead_seconds"] = time.perf_counter() - t_start
     result["tracker_overhead_frac"] = over["overhead_frac"]
     result["tracker_overhead_median_frac"] = over["overhead_median_frac"]
@@ -55,11 +55,11 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     # 3. planted leak vs fixed loop
     leak_batch = 4 if quick else 8
     leak_inputs = memory.encoder_inputs(leak_batch, 32, device=dev)
-    iters = 20 if quick else 100
+    iters = 10 if quick else 100
     memory.DEBUG_HISTORY.clear()
-    leaky = memory.leak_slope(memory.soak(lambda i: memory.leaky_step(model, leak_inputs), iters, dev))
+    leaky = memory.leak_slope(memory.soak(lambda i: memory.leaky_step(model, leak_inputs), iters, dev, warmup=4))
     memory.DEBUG_HISTORY.clear()
-    clean = memory.leak_slope(memory.soak(lambda i: memory.fixed_step(model, leak_inputs), iters, dev))
+    clean = memory.leak_slope(memory.soak(lambda i: memory.fixed_step(model, leak_inputs), iters, dev, warmup=4))
     memory.DEBUG_HISTORY.clear()
     result["planted_leak_detected"] = leaky.leaking
     result["planted_leak_kib_per_iter"] = leaky.slope_bytes_per_iter / 1024
