@@ -1,10 +1,12 @@
 """ailab.memory: make memory visible. Read the parts in this order:
 
+- counters.py  the raw readers: RSS, glibc malloc bytes in use, malloc_trim, the RSS sampler process
 - tracker.py   MemoryTracker (per-phase counters + background timeline sampler), sampler_overhead()
 - estimate.py  bytes before you run: parameters, activations, KV cache, the safe line
 - measure.py   bytes when you run: a forward's measured peak, find_max_batch()
 - kv.py        published decoder configs, paging vs max reservation, an LRU of models (arithmetic)
 - leak.py      slope of memory over a soak, a planted leak and its fix, tracemalloc diffs
+- fragmentation.py  (CUDA only) "free memory but OOM", with and without expandable_segments
 """
 from ailab.memory.estimate import (DTYPE_BYTES, MINILM_SHAPE, EncoderShape, activation_bytes, dtype_bytes,
                                    forward_bytes, kv_cache_bytes, param_bytes, safe_line)
