@@ -65,7 +65,7 @@ def test_live_check_passes_a_tuned_service(predictor):
 
 
 def test_live_check_rejects_a_service_with_a_long_batch_wait(predictor):
-    """Every request waits up to 600 ms for its batch to fill: p99 breaks the 400 ms bound."""
+    """Every request waits up to 600 ms for its batch to fill: p99 breaks the 500 ms bound."""
     with pytest.raises(LabCheckFailed, match="p99"):
         lab.check_service_meets_slo({"max_batch_size": 64, "max_wait_ms": 600}, predictor)
 

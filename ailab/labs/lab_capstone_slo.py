@@ -18,7 +18,7 @@ from ailab.labs.core import check, expect
 
 LAB = "lab_capstone_slo"
 TARGET_RPS = 60.0        # the most this lab asks for (open loop, Poisson arrivals); see target_rate()
-P99_BOUND_MS = 400.0     # the stated bound
+P99_BOUND_MS = 500.0     # the stated bound (a long batch wait of 600 ms cannot meet it)
 MAX_ERROR_RATE = 0.01
 CASE_RPS = 50.0          # the rate the judge's (synthetic) test cases were offered
 _RATE_CACHE: dict = {}
@@ -100,7 +100,7 @@ def check_service_settings(settings) -> None:
 
 
 def target_rate(predictor, fresh: bool = False) -> float:
-    """The stated rate for this machine: half of what a reference batched server sustains here
+    """The stated rate for this machine: 40 % of what a reference batched server sustains here
     (32 closed-loop clients), at most TARGET_RPS. A shared 2-core CI box and a workstation then
     get the same exercise: the rate a batched server handles with room, an unbatched one cannot."""
     key = id(predictor)
@@ -114,7 +114,7 @@ def target_rate(predictor, fresh: bool = False) -> float:
         with start_in_thread(app) as handle:
             ref = in_subprocess("closed_loop", handle.url + "/v1/predict", payloads, clients=32, duration_s=3.0,
                                 warmup_s=1.0)
-        _RATE_CACHE[key] = float(min(TARGET_RPS, max(5.0, round(0.5 * ref.rps))))
+        _RATE_CACHE[key] = float(min(TARGET_RPS, max(5.0, round(0.4 * ref.rps))))
     return _RATE_CACHE[key]
 
 
