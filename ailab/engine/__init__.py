@@ -1,0 +1,66 @@
+"""The inference engine: one Runner interface over PyTorch eager and ONNX Runtime, ONNX export with a
+parity check, and a text classifier with per-stage timing.
+
+- runners.py  InputSpec, check_batch, Runner, TorchRunner, OnnxRunner
+- export.py   export_onnx (dynamic axes + parity), ExportResult, ExportParityError
+- text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx/sentiment_runner
+"""
+from ailab.engine.runners import (  # noqa: F401
+    InputSpec,
+    describe_spec,
+    check_batch,
+    spec_from_sample,
+    Runner,
+    TorchRunner,
+    onnx_precision,
+    OnnxRunner,
+)
+from ailab.engine.export import (  # noqa: F401
+    ExportParityError,
+    ExportResult,
+    default_dynamic_axes,
+    resized_sample,
+    export_onnx,
+)
+from ailab.engine.text import (  # noqa: F401
+    ClassifierWithEmbedding,
+    text_input_spec,
+    StageTimings,
+    TextPrediction,
+    softmax,
+    TextClassifierRunner,
+    stage_breakdown,
+    slow_tokenizer,
+    TokenizerComparison,
+    compare_tokenizers,
+    sentiment_onnx,
+    sentiment_runner,
+)
+
+__all__ = [
+    "InputSpec",
+    "describe_spec",
+    "check_batch",
+    "spec_from_sample",
+    "Runner",
+    "TorchRunner",
+    "onnx_precision",
+    "OnnxRunner",
+    "ExportParityError",
+    "ExportResult",
+    "default_dynamic_axes",
+    "resized_sample",
+    "export_onnx",
+    "ClassifierWithEmbedding",
+    "text_input_spec",
+    "StageTimings",
+    "TextPrediction",
+    "softmax",
+    "TextClassifierRunner",
+    "stage_breakdown",
+    "slow_tokenizer",
+    "TokenizerComparison",
+    "compare_tokenizers",
+    "sentiment_onnx",
+    "sentiment_runner",
+]
