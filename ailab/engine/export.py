@@ -16,7 +16,6 @@ import numpy as np
 import torch
 from torch import nn
 
-
 from ailab.engine.runners import OnnxRunner
 
 
