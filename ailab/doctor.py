@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import sys
+from pathlib import Path
 
 PACKAGES = ["torch", "onnxruntime", "onnx", "transformers", "tokenizers", "numpy", "scikit-learn",
             "fastapi", "plotly", "ipywidgets", "jupyterlab", "nbval"]
@@ -70,6 +71,49 @@ def _onnxruntime() -> str:
     return f"{installed[0]} {ort.__version__}, providers built in: {ort.get_available_providers()}"
 
 
+def pin_drift(requirements: list[str] | None = None) -> list[dict]:
+    """Installed versions that differ from ailab's exact pins (topic A6: reproducible environments).
+
+    `requirements` defaults to the pins ailab was installed with (its package metadata), so this
+    works from any folder. Extras that are not installed (gpu on a CPU machine) are skipped.
+    """
+    from packaging.requirements import Requirement
+
+    reqs = requirements if requirements is not None else (md.requires("ailab") or [])
+    drift = []
+    for line in reqs:
+        req = Requirement(line)
+        pinned = next((s.version for s in req.specifier if s.operator == "=="), None)
+        installed = _version(req.name)
+        if req.marker is not None and installed is None:
+            continue  # an extra that this environment did not ask for
+        local = installed.split("+")[0] if installed else None  # torch 2.13.0+cpu is the 2.13.0 pin
+        if pinned is None or local != pinned:
+            drift.append({"package": req.name, "pinned": pinned or str(req.specifier) or "unpinned",
+                          "installed": installed or "not installed"})
+    return drift
+
+
+def conda_mirror_diff(pyproject: str | Path = "pyproject.toml", environment: str | Path = "environment.yml") -> dict:
+    """Pins that differ between pyproject.toml (base + dev + scale) and environment.yml's pip list."""
+    import re
+    import tomllib
+
+    import yaml
+
+    project = tomllib.loads(Path(pyproject).read_text())["project"]
+    extras = project["optional-dependencies"]
+    env = yaml.safe_load(Path(environment).read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+
+    def by_name(lines):
+        return {re.split(r"[=\[<>!~ ]", d, maxsplit=1)[0].lower(): d for d in lines}
+
+    ours, theirs = by_name(project["dependencies"] + extras["dev"] + extras["scale"]), by_name(pip)
+    return {name: (ours.get(name), theirs.get(name)) for name in ours.keys() | theirs.keys()
+            if ours.get(name) != theirs.get(name)}
+
+
 def run_doctor() -> dict:
     from ailab.device import describe_hardware
 
@@ -86,6 +130,10 @@ def run_doctor() -> dict:
         _check("data digits", _digits),
         _check("data mnist sample", _mnist),
     ]
+    drift = pin_drift()
+    checks.append({"check": "installed versions equal the pins", "ok": not drift,
+                   "detail": "all equal" if not drift else "; ".join(
+                       f"{d['package']} pinned {d['pinned']}, installed {d['installed']}" for d in drift)})
     ok = all(c["ok"] for c in checks)
     lines = [f"{'ok ' if c['ok'] else 'MISSING'}  {c['check']}: {c['detail']}" for c in checks]
     lines.append("everything is in place" if ok else f"something is missing: {FIX}")

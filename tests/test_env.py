@@ -1,26 +1,31 @@
 """pyproject.toml and environment.yml pin the same versions; notebooks are stored clean."""
 import json
-import re
 import tomllib
 from pathlib import Path
 
 import yaml
 
+from ailab.doctor import conda_mirror_diff, pin_drift
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _pins(lines):
-    return {re.split(r"[=\[]", d, 1)[0].lower(): d for d in lines}
-
-
 def test_environment_yml_mirrors_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    expected = _pins(project["dependencies"] + extras["dev"] + extras["scale"])
+    assert conda_mirror_diff(ROOT / "pyproject.toml", ROOT / "environment.yml") == {}
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "python=3.11" in env["dependencies"]
-    assert _pins(pip) == expected
+
+
+def test_a_changed_pin_is_reported(tmp_path):
+    env = (ROOT / "environment.yml").read_text().replace("numpy==2.4.6", "numpy==2.4.5")
+    (tmp_path / "environment.yml").write_text(env)
+    assert conda_mirror_diff(ROOT / "pyproject.toml", tmp_path / "environment.yml") == {
+        "numpy": ("numpy==2.4.6", "numpy==2.4.5")}
+
+
+def test_installed_versions_equal_the_pins():
+    assert pin_drift() == []
+    assert pin_drift(["numpy==1.0.0"]) == [{"package": "numpy", "pinned": "1.0.0", "installed": pin_drift.__globals__["_version"]("numpy")}]
 
 
 def test_gpu_variant_is_documented_and_the_only_difference():
