@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from torch import nn
 
 from ailab.device import bf16_supported, fp16_supported, pick_device
 from ailab.engine import InputSpec, OnnxRunner, Runner, TorchRunner, check_batch
+from ailab.engine.export import quiet_logger
 from ailab.timing import LatencyStats, latency_stats, measure_latency
 
 DEFAULT_GATE_POINTS = 0.5  # the largest accuracy drop (percentage points) a quantized model may cost
@@ -88,19 +88,6 @@ def model_size_bytes(runner: Runner) -> int:
 # ----------------------------------------------------------------------------- INT8 through ONNX Runtime
 
 
-@contextlib.contextmanager
-def _quiet():
-    """onnxruntime.quantization logs a "consider pre-processing" warning on the root logger at every call;
-    it is advice, not a fault. Raise the root level for the call only, so the caller's logging is untouched."""
-    root = logging.getLogger()
-    old = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(old)
-
-
 def _fresh(out: Path, src: Path) -> bool:
     return out.exists() and out.stat().st_mtime >= src.stat().st_mtime
 
@@ -123,7 +110,7 @@ def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None
     if reuse and _fresh(out, path):
         return out
     tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
-    with _quiet():
+    with quiet_logger(""):  # ORT logs 'consider pre-processing' advice on the root logger at every call
         quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
     os.replace(tmp, out)
     return out
@@ -211,7 +198,7 @@ def quantize_static_int8(path: str | os.PathLike, reader: CalibrationReader, out
     out = Path(out) if out is not None else path.with_name(f"{path.stem}.int8-static-{method}.onnx")
     reader.rewind()
     tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
-    with _quiet(), contextlib.redirect_stdout(io.StringIO()):  # histogram calibrators print progress lines
+    with quiet_logger(""), contextlib.redirect_stdout(io.StringIO()):  # histogram calibrators print progress lines
         quantize_static(str(path), str(tmp), reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
                         calibrate_method=calib, op_types_to_quantize=list(op_types) if op_types else None,
                         extra_options={"CalibPercentile": percentile} if method == "percentile" else None)

@@ -70,8 +70,9 @@ def resized_sample(sample: Mapping[str, torch.Tensor], dynamic_axes) -> dict[str
 
 
 @contextlib.contextmanager
-def _quiet_logger(name: str):
-    """Silence a library's progress/warning log lines (e.g. 'torchvision is not installed') for a moment."""
+def quiet_logger(name: str):
+    """Silence one logger's advice and progress lines for the duration of a call (name "" is the root
+    logger), restoring its level afterwards so the caller's logging is untouched."""
     import logging
 
     logger = logging.getLogger(name)
@@ -148,7 +149,7 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
     shapes = tuple({a: dims[label] for a, label in dynamic_axes.get(n, {}).items()} or None for n in params)
     t0 = time.perf_counter()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _quiet_logger("torch.onnx"):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), quiet_logger("torch.onnx"):
             warnings.simplefilter("ignore")
             torch.onnx.export(model, tuple(sample.values()), str(path), dynamo=True, input_names=params,
                               output_names=list(output_names), dynamic_shapes=shapes, opset_version=opset,
