@@ -1,7 +1,6 @@
 """ailab.drift: a fixed reference set catches an injected normalisation change; noise below threshold does not alert."""
 import numpy as np
 import pytest
-import torch
 
 from ailab import engine, models
 from ailab.drift import DriftDetector, Preprocessed
@@ -60,7 +59,6 @@ def test_a_change_of_exactly_the_threshold_does_not_alert(setup):
     _, runner, inputs, y = setup
     n = 200  # 1 row in 200 = 0.5 %
     det = DriftDetector({"input": inputs["input"][:n]}, y[:n], runner, threshold=0.005)
-    ref = det.reference_preds
 
     class FlipOne(engine.Runner):
         name, device, precision, input_spec = "flip-one", "cpu", "fp32", runner.input_spec

@@ -1,5 +1,4 @@
 """The offline zoo: MiniLM matches the reference implementation; tampered weights are refused."""
-import io
 import pickle
 import shutil
 
