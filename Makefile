@@ -90,7 +90,7 @@ serve: setup
 
 ## soak: the 10-minute soak of the application layer
 soak: setup services
-	$(BIN)/ailab bench scale --json --soak-minutes 10
+	$(BIN)/ailab bench scale --json --no-ray --soak-minutes 10
 
 clean:
 	rm -rf build .pytest_cache
