@@ -218,6 +218,10 @@ class OnnxRunner(Runner):
             opts.intra_op_num_threads = threads
             opts.inter_op_num_threads = 1
         opts.log_severity_level = 3  # errors only: the fallback warnings are reported via `provider`
+        # ORT's worker threads busy-wait after each run by default. On a 2-core machine that steals the
+        # cores from whatever runs next (a torch model in the same benchmark, the server's event loop),
+        # so a comparison would measure the spinning, not the engines.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
         self.path, self.threads = path, threads
         self.providers = self.session.get_providers()  # what is in use, not what was asked for
