@@ -129,8 +129,11 @@ class Encoder:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
-    def tokenize(self, texts: list[str], max_length: int = 64) -> dict[str, torch.Tensor]:
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    def tokenize(self, texts: list[str], max_length: int = 64, fixed_length: bool = False) -> dict[str, torch.Tensor]:
+        """Token ids and mask, padded to the longest text, or to `max_length` with `fixed_length=True`
+        (timing batches of different sizes then compares like with like: same width, only the count differs)."""
+        padding = "max_length" if fixed_length else True
+        enc = self.tokenizer(list(texts), padding=padding, truncation=True, max_length=max_length, return_tensors="pt")
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
     @torch.inference_mode()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -25,7 +24,7 @@ from torch import nn
 from ailab.device import bf16_supported, fp16_supported, pick_device
 from ailab.engine import InputSpec, OnnxRunner, Runner, TorchRunner, check_batch
 from ailab.engine.export import quiet_logger
-from ailab.timing import LatencyStats, latency_stats, measure_latency
+from ailab.timing import LatencyStats, interleaved
 
 DEFAULT_GATE_POINTS = 0.5  # the largest accuracy drop (percentage points) a quantized model may cost
 
@@ -327,22 +326,9 @@ def latency_batch(inputs: Mapping[str, np.ndarray], batch_size: int) -> dict[str
 
 def interleaved_latency(runners: Mapping[str, Runner], batch: Mapping[str, np.ndarray], iters: int = 20,
                         warmup: int = 3, max_seconds: float | None = None) -> dict[str, LatencyStats]:
-    """Latency of several runners on one batch, timed in interleaved rounds (a, b, c, a, b, c, ...).
-
-    On a shared machine the load drifts; timing one runner after the other would charge a busy minute
-    to whichever ran in it. Interleaving gives every runner the same conditions, so ratios are fair.
-    """
-    for r in runners.values():  # warm-up, untimed (runners sync their device before returning)
-        for _ in range(warmup):
-            r.run(batch)
-    samples: dict[str, list[float]] = {k: [] for k in runners}
-    start = time.perf_counter()
-    for i in range(iters):
-        for key, r in runners.items():
-            samples[key].append(measure_latency(lambda: r.run(batch), iters=1, warmup=0, device=r.device).p50_ms)
-        if max_seconds is not None and i >= 2 and time.perf_counter() - start > max_seconds:
-            break
-    return {k: latency_stats(v) for k, v in samples.items()}
+    """Latency of several runners on one batch, timed in interleaved rounds (see `timing.interleaved`)."""
+    fns = {key: (lambda r=r: r.run(batch)) for key, r in runners.items()}  # runners sync their own device
+    return interleaved(fns, rounds=iters, warmup=warmup, max_seconds=max_seconds).stats
 
 
 def quant_report(candidate: Runner, baseline: Runner, inputs: Mapping[str, np.ndarray], labels: np.ndarray,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -70,6 +70,59 @@ def measure_latency(fn: Callable[[], object], iters: int = 30, warmup: int = 5,
         if max_seconds is not None and i >= 2 and time.perf_counter() - start > max_seconds:
             break
     return latency_stats(samples)
+
+
+@dataclass
+class Comparison:
+    """Several functions timed in interleaved rounds: raw samples (ms) per key, one per round each."""
+
+    samples: dict[str, list[float]]
+
+    @property
+    def stats(self) -> dict[str, LatencyStats]:
+        return {k: latency_stats(v) for k, v in self.samples.items()}
+
+    def paired_ratios(self, a: str, b: str, scale: float = 1.0) -> np.ndarray:
+        """Per round, scale * time(a) / time(b). Both ran back to back in that round, under the same load."""
+        return scale * np.asarray(self.samples[a]) / np.asarray(self.samples[b])
+
+    def ratio(self, a: str, b: str, scale: float = 1.0) -> float:
+        """The median of the paired ratios: what one burst of load elsewhere cannot move much."""
+        return float(np.median(self.paired_ratios(a, b, scale)))
+
+    def ratio_spread(self, a: str, b: str, scale: float = 1.0) -> tuple[float, float]:
+        """The 10th and 90th percentiles of the paired ratios: how far a single round strays."""
+        lo, hi = np.percentile(self.paired_ratios(a, b, scale), [10, 90])
+        return float(lo), float(hi)
+
+
+def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int = 10, warmup: int = 2,
+                device=None, max_seconds: float | None = None) -> Comparison:
+    """Time several functions in rounds (a, b, c, a, b, c, ...), each call synced, warm-up excluded.
+
+    On a shared machine the load drifts; timing one function after the other would charge a busy
+    minute to whichever ran in it. In rounds every function meets the same conditions, so a ratio
+    taken per round and then its median is fair on a quiet laptop and beside a busy neighbour alike.
+    `max_seconds` caps the timed rounds (at least 3 run).
+    """
+    if rounds < 1 or warmup < 0 or not fns:
+        raise ValueError(f"interleaved() needs functions, rounds >= 1 and warmup >= 0 (got {len(fns)} functions, "
+                         f"rounds={rounds}, warmup={warmup})")
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    start = time.perf_counter()
+    for i in range(rounds):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            samples[key].append((time.perf_counter() - t0) * 1e3)
+        if max_seconds is not None and i >= 2 and time.perf_counter() - start > max_seconds:
+            break
+    return Comparison(samples)
 
 
 def ratio(a: float, b: float) -> float:

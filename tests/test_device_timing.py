@@ -59,3 +59,25 @@ def test_measure_latency_excludes_warmup():
 def test_measure_latency_bad_arguments():
     with pytest.raises(ValueError, match="iters >= 1"):
         timing.measure_latency(lambda: None, iters=0)
+
+
+def test_interleaved_takes_turns_and_pairs_rounds():
+    order = []
+    cmp = timing.interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=4, warmup=1)
+    assert order == ["a", "b"] + ["a", "b"] * 4  # warm-up of each, then a, b in every round
+    assert [len(v) for v in cmp.samples.values()] == [4, 4] and cmp.stats["a"].n == 4
+
+
+def test_comparison_ratio_is_the_median_of_paired_rounds():
+    # round 3 is a burst of load that hits both alike: a paired ratio ignores it, a ratio of means would not
+    cmp = timing.Comparison({"slow": [20.0, 20.0, 2000.0, 20.0, 20.0], "fast": [10.0, 10.0, 1000.0, 10.0, 10.0]})
+    assert cmp.ratio("slow", "fast") == pytest.approx(2.0)
+    assert cmp.ratio("slow", "fast", scale=0.5) == pytest.approx(1.0)
+    assert cmp.ratio_spread("slow", "fast") == pytest.approx((2.0, 2.0))
+
+
+def test_interleaved_refuses_nonsense():
+    with pytest.raises(ValueError, match="rounds"):
+        timing.interleaved({"a": lambda: None}, rounds=0)
+    with pytest.raises(ValueError, match="functions"):
+        timing.interleaved({}, rounds=3)
