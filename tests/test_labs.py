@@ -40,11 +40,26 @@ def test_stub_keeps_indentation_and_hint():
     src = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    # HINT: add one\n    return x + y\n    ### END SOLUTION\n"
     out, n = stub_source(src, "t")
     assert n == 1
-    assert out.splitlines() == ["def f(x):", "    y = 1", "    # HINT: add one", "    raise NotImplementedError('add one')"]
+    lines = out.splitlines()
+    assert lines[:3] == ["def f(x):", "    y = 1", "    # HINT: add one"] and len(lines) == 4
+    assert lines[3].startswith("    raise NotImplementedError(")
     ns = {}
     exec(out, ns)
-    with pytest.raises(NotImplementedError, match="add one"):
+    with pytest.raises(NotImplementedError) as raised:
         ns["f"](1)
+    message = str(raised.value)
+    assert message.startswith("f() is not implemented yet") and "HINT above" in message and "Second hint" in message
+    assert "add one" not in message, "the message points to the hint; it does not repeat it"
+
+
+def test_stub_names_the_method_it_stubs():
+    src = ("class R:\n    def get_next(self):\n        ### BEGIN SOLUTION\n        # HINT: h\n        return 1\n"
+           "        ### END SOLUTION\n")
+    out, _ = stub_source(src, "t")
+    ns = {}
+    exec(out, ns)
+    with pytest.raises(NotImplementedError, match=r"^R\.get_next\(\) is not implemented yet"):
+        ns["R"]().get_next()
 
 
 @pytest.mark.parametrize("src, message", [

@@ -1,8 +1,12 @@
 """solutions/ -> labs/: replace every answer with a stub that raises NotImplementedError with a hint.
 
 In a solution notebook, an answer sits between `### BEGIN SOLUTION` and `### END SOLUTION`
-(indented like the code it replaces). `# HINT: ...` lines inside the block are kept as comments
-and become the stub's message. The notebook's metadata `ailab.lab` names its check module.
+(indented like the code it replaces). `# HINT: ...` lines inside the block are kept as comments in
+the stub: a first hint that names the idea and the API to read, never the statement that solves it.
+A deeper second hint sits in the lab's markdown, next to the task, in a collapsed
+`<details><summary>Second hint</summary> ... </details>` block. The stub's message says which function
+is not implemented yet and points to both hints; it does not repeat them (the learner sees the
+message once per failed check). The notebook's metadata `ailab.lab` names its check module.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import nbformat
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 _HINT = re.compile(r"^\s*#\s*HINT:\s*(.*)$")
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
+_CLASS = re.compile(r"^(\s*)class\s+(\w+)")
 
 
 class LabFormatError(ValueError):
@@ -30,22 +36,44 @@ def lab_name(nb, path: str | Path = "notebook") -> str:
     return name
 
 
+def _enclosing_name(lines: list[str], indent: str) -> str | None:
+    """The function (``Class.method`` for a method) whose body holds a block indented by `indent`."""
+    name, depth = None, len(indent)
+    for line in reversed(lines):
+        m = (_DEF if name is None else _CLASS).match(line)
+        if m and len(m.group(1)) < depth:
+            if name is not None:
+                return f"{m.group(2)}.{name}"
+            name, depth = m.group(2), len(m.group(1))
+            if depth == 0:
+                return name
+    return name
+
+
+def stub_message(name: str | None) -> str:
+    """What the stub raises: not implemented yet, and where the hints are (never the hints themselves)."""
+    what = f"{name}() is" if name else "this answer is"
+    return (f"{what} not implemented yet: write your answer here "
+            "(see the HINT above and the 'Second hint' below the task)")
+
+
 def stub_source(source: str, where: str) -> tuple[str, int]:
     """Return (source with answers stubbed, number of answers replaced)."""
     out, block, indent, count = [], None, "", 0
-    for lineno, line in enumerate(source.splitlines(), 1):
+    lines = source.splitlines()
+    for lineno, line in enumerate(lines, 1):
         stripped = line.strip()
         if stripped == BEGIN:
             if block is not None:
                 raise LabFormatError(f"{where}, line {lineno}: {BEGIN} inside another solution block")
             block, indent = [], line[: len(line) - len(line.lstrip())]
+            name = _enclosing_name(lines[: lineno - 1], indent)
         elif stripped == END:
             if block is None:
                 raise LabFormatError(f"{where}, line {lineno}: {END} without a matching {BEGIN}")
             hints = [m.group(1) for m in map(_HINT.match, block) if m]
             out.extend(f"{indent}# HINT: {h}" for h in hints)
-            message = " ".join(hints) or "replace this line with your code"
-            out.append(f"{indent}raise NotImplementedError({message!r})")
+            out.append(f"{indent}raise NotImplementedError({stub_message(name)!r})")
             block, count = None, count + 1
         elif block is not None:
             block.append(line)
