@@ -9,17 +9,43 @@ and memory is not multiplied by worker processes (torch releases the GIL inside 
 Admission control lives here too: a bounded queue (QueueFullError at once, not after a wait),
 per-request deadlines (DeadlineExceededError; expired requests are dropped before compute),
 priorities (higher first, FIFO within a level) and optional length bucketing.
+
+Failure paths stay bounded: a poisoned item fails alone, found by bisection (batch_isolation.py);
+an error in a hook or in the loop fails only the batch it hit; a caller that goes away leaves the
+queue; and if the collector dies anyway, or close() gives up on a stuck batch, every pending
+request fails at once with a typed error instead of hanging (`healthy` says which happened).
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
+import operator
 import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
+
+from ailab.batch_isolation import run_isolated
+
+log = logging.getLogger(__name__)
+
+# Priorities are plain integers in this range (the server's X-Priority, 4 characters, fits inside).
+# The bound catches caller bugs early (a timestamp or a float passed as priority) with a clear message.
+MIN_PRIORITY, MAX_PRIORITY = -9_999, 9_999
+
+
+def _check_priority(priority) -> int:
+    try:
+        value = operator.index(priority)        # ints (and numpy ints); not floats, strings or None
+    except TypeError:
+        value = None
+    if value is None or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, higher served "
+                         f"first (got {priority!r})")
+    return value
 
 
 class QueueFullError(RuntimeError):
@@ -32,6 +58,14 @@ class DeadlineExceededError(TimeoutError):
 
 class BatcherClosedError(RuntimeError):
     """The batcher is shutting down and takes no new requests."""
+
+
+class BatcherError(RuntimeError):
+    """The batcher itself (not the model's answer for this item) failed while handling this request."""
+
+
+class BatcherDeadError(BatcherError):
+    """The batcher's collector has stopped: nothing is computed until the batcher is replaced."""
 
 
 @dataclass(eq=False)
@@ -56,7 +90,10 @@ class BatcherStats:
     rejected: int = 0          # queue full
     expired: int = 0           # deadline passed before compute
     failed: int = 0            # items whose computation raised
-    retried_batches: int = 0   # batches that raised and were retried item by item
+    retried_batches: int = 0   # batches that raised and were bisected to find the bad items
+    isolation_passes: int = 0  # extra forward passes that bisection cost
+    hook_errors: int = 0       # on_batch raised (the batch was answered anyway)
+    loop_errors: int = 0       # the collector failed on a batch (its requests got BatcherError)
     busy_s: float = 0.0        # worker time spent computing batches
     first_start: float = 0.0   # monotonic time the first batch started
     last_end: float = 0.0      # ... and the latest batch ended
@@ -75,6 +112,8 @@ class BatcherStats:
 
         return {"batches": self.batches, "items": self.items, "rejected": self.rejected, "expired": self.expired,
                 "failed": self.failed, "retried_batches": self.retried_batches,
+                "isolation_passes": self.isolation_passes, "hook_errors": self.hook_errors,
+                "loop_errors": self.loop_errors,
                 "mean_batch_size": self.items / self.batches if self.batches else 0.0,
                 "worker_utilization": self.busy_s / span if (span := self.last_end - self.first_start) > 0 else 0.0,
                 "batch_size_hist": dict(sorted(self.batch_sizes.items())),
@@ -94,7 +133,7 @@ class DynamicBatcher:
 
     fn runs on one worker thread. It must return one result per item, in order; a result that is
     an Exception instance fails only that item (e.g. "input too long"). If fn raises, the batch is
-    retried item by item, so one poisoned input fails alone and its neighbours still succeed.
+    bisected, so one poisoned input fails alone and its neighbours still succeed, in batches.
     """
 
     def __init__(self, fn: Callable[[list], Sequence], max_batch_size: int = 32, max_wait_ms: float = 10.0,
@@ -120,6 +159,9 @@ class DynamicBatcher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._closing = False
+        self._batch: list[_Request] = []                 # the batch being run (failed too if we die)
+        self._dead: str | None = None                    # why the collector stopped, once it has
+        self._stop_reason: str | None = None             # set when close() stops the collector itself
         self._seq = itertools.count()
         # One thread, one model copy: the batcher never runs two batches at once.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-worker",
@@ -151,6 +193,16 @@ class DynamicBatcher:
     def closed(self) -> bool:
         return self._closing
 
+    @property
+    def healthy(self) -> bool:
+        """False once the collector has died: every request then fails at once with BatcherDeadError."""
+        return self._dead is None
+
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the collector stopped (None while it serves): for a readiness probe or a log line."""
+        return self._dead
+
     # ---- submitting ----------------------------------------------------------------------------
     async def submit(self, item: Any, priority: int = 0, deadline: float | None = None,
                      timeout: float | None = None) -> Any:
@@ -158,8 +210,13 @@ class DynamicBatcher:
 
         deadline: absolute time.monotonic() seconds; timeout: seconds from now (the earlier wins).
         Raises QueueFullError at once when max_queue requests wait, DeadlineExceededError when the
-        deadline passes before the item was computed, or whatever fn raised for this item.
+        deadline passes before the item was computed, BatcherDeadError when the collector has
+        died, or whatever fn raised for this item. A cancelled caller leaves the queue.
         """
+        priority = _check_priority(priority)
+        if self._dead is not None:
+            raise BatcherDeadError(f"{self.name} cannot serve: {self._dead}. "
+                                   "It must be replaced by a new DynamicBatcher")
         if self._closing:
             raise BatcherClosedError(f"{self.name} is closed and takes no new requests")
         if self._queued >= self.max_queue:
@@ -176,15 +233,16 @@ class DynamicBatcher:
         if self._task is None:
             self._wake = asyncio.Event()
             self._task = loop.create_task(self._collect_forever(), name=f"{self.name}-collector")
-        req = _Request(item, loop.create_future(), int(priority), limit, now,
+            self._task.add_done_callback(self._collector_ended)
+        req = _Request(item, loop.create_future(), priority, limit, now,
                        float(self.size_fn(item)) if self.size_fn else 1.0,
                        self.bucket_fn(item) if self.bucket_fn else None)
         self._levels.setdefault(req.priority, deque()).append(req)
         self._queued += 1
         self._wake.set()
-        if limit == math.inf:
-            return await req.future
         try:
+            if limit == math.inf:
+                return await req.future
             # shield: a timeout here must not cancel a batch that is already computing.
             return await asyncio.wait_for(asyncio.shield(req.future), timeout=max(0.0, limit - time.monotonic()))
         except asyncio.TimeoutError:
@@ -194,9 +252,10 @@ class DynamicBatcher:
                 raise DeadlineExceededError(f"{self.name}: deadline passed after "
                                             f"{(time.monotonic() - now) * 1e3:.0f} ms in the queue") from None
             return await req.future            # already computing: a bounded wait for its result
-        except asyncio.CancelledError:         # the caller went away (client disconnected)
-            if req.state == "queued":
+        except asyncio.CancelledError:         # the caller went away (client disconnected, a sibling failed)
+            if req.state == "queued":          # leave the queue: free the slot, never reach the model
                 self._drop(req)
+            req.future.cancel()                # if already running, its result is simply not delivered
             raise
 
     def _drop(self, req: _Request) -> None:
@@ -252,12 +311,48 @@ class DynamicBatcher:
         return batch
 
     async def _collect_forever(self) -> None:
+        """The collector: take the next batch, run it, repeat until closed and drained.
+
+        An Exception while handling one batch (the on_batch hook, the executor, bookkeeping) fails
+        only that batch's unanswered requests, with BatcherError, and the loop goes on. Whatever
+        still ends this task (a BaseException from the model, a bug before a batch is taken,
+        cancellation) reaches _collector_ended, which fails every pending request at once.
+        """
         loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._next_batch()
+            if batch is None:
+                return                          # closing, and nothing is left
+            self._batch = batch
+            try:
+                now = time.monotonic()
+                live = []
+                for req in batch:               # drop the expired before paying for compute
+                    if req.deadline <= now:
+                        req.state = "dropped"
+                        self.stats.expired += 1
+                        if not req.future.done():
+                            req.future.set_exception(
+                                DeadlineExceededError(f"{self.name}: deadline passed in the queue"))
+                    else:
+                        live.append(req)
+                if live:
+                    await self._run_batch(loop, live, now)
+            except Exception as e:  # noqa: BLE001 - one batch's trouble must not stop the collector
+                self.stats.loop_errors += 1
+                log.error("%s: the collector failed on a batch of %d; failing only those", self.name, len(batch),
+                          exc_info=e)
+                self._fail(batch, BatcherError, f"{self.name}: the batcher failed while running this request's "
+                           f"batch ({type(e).__name__}: {e}); other requests are not affected", e)
+            self._batch = []
+
+    async def _next_batch(self) -> list[_Request] | None:
+        """Wait until a batch is full or its window has passed, then take it. None: closing, queue empty."""
         while True:
             head = self._head()
             if head is None:
                 if self._closing:
-                    return
+                    return None
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -273,21 +368,8 @@ class DynamicBatcher:
                     await asyncio.wait_for(self._wake.wait(), timeout=remaining)
                 except asyncio.TimeoutError:
                     pass
-            if self._head() is None:
-                continue
-            batch = self._take_batch()
-            now = time.monotonic()
-            live = []
-            for req in batch:                   # drop the expired before paying for compute
-                if req.deadline <= now:
-                    req.state = "dropped"
-                    self.stats.expired += 1
-                    if not req.future.done():
-                        req.future.set_exception(DeadlineExceededError(f"{self.name}: deadline passed in the queue"))
-                else:
-                    live.append(req)
-            if live:
-                await self._run_batch(loop, live, now)
+            if self._head() is not None:
+                return self._take_batch()
 
     async def _run_batch(self, loop, batch: list[_Request], started: float) -> None:
         self._running = len(batch)
@@ -295,7 +377,7 @@ class DynamicBatcher:
         waits = [(started - r.arrived) * 1e3 for r in batch]
         t0 = time.perf_counter()
         try:
-            results = await loop.run_in_executor(self._executor, self._call_isolated, items)
+            results, passes = await loop.run_in_executor(self._executor, run_isolated, self.fn, items)
         finally:
             self._running = 0
         compute_s = time.perf_counter() - t0
@@ -306,6 +388,9 @@ class DynamicBatcher:
         self.stats.batches += 1
         self.stats.items += len(batch)
         self.stats.batch_sizes[len(batch)] += 1
+        if passes > 1:
+            self.stats.retried_batches += 1
+            self.stats.isolation_passes += passes - 1
         for w in waits:
             self.stats._add(self.stats.queue_wait_ms, w)
         self.stats._add(self.stats.compute_ms, compute_s * 1e3)
@@ -316,49 +401,68 @@ class DynamicBatcher:
             if not req.future.done():
                 req.future.set_result(value) if ok else req.future.set_exception(value)
         if self.on_batch is not None:
-            self.on_batch(len(batch), waits, compute_s)
+            try:
+                self.on_batch(len(batch), waits, compute_s)
+            except Exception as e:  # noqa: BLE001 - a metrics hook must not stop serving; answers are out
+                self.stats.hook_errors += 1
+                log.error("%s: the on_batch hook raised (the batch was answered; serving goes on)", self.name,
+                          exc_info=e)
 
-    def _call_isolated(self, items: list) -> list[tuple[bool, Any]]:
-        """Worker thread: run the batch; if it raises, run each item alone so only the bad one fails."""
-        try:
-            return self._check(self.fn(items), len(items))
-        except Exception:  # noqa: BLE001 - any model error: fall back to one item at a time
-            self.stats.retried_batches += 1 if len(items) > 1 else 0
-            if len(items) == 1:
-                try:
-                    return self._check(self.fn(items), 1)
-                except Exception as e:  # noqa: BLE001
-                    return [(False, e)]
-            out = []
-            for item in items:
-                try:
-                    out.extend(self._check(self.fn([item]), 1))
-                except Exception as e:  # noqa: BLE001
-                    out.append((False, e))
-            return out
+    # ---- failing what is pending -------------------------------------------------------------
+    def _fail(self, reqs, error_type: type, message: str, cause: BaseException | None = None) -> None:
+        """Answer every still-unanswered request in `reqs` with a fresh error_type(message)."""
+        for req in reqs:
+            if req.state == "queued":
+                self._queued -= 1
+            req.state = "dropped" if req.state == "queued" else "done"
+            if not req.future.done():
+                err = error_type(message)
+                err.__cause__ = cause
+                req.future.set_exception(err)
 
-    @staticmethod
-    def _check(results, n: int) -> list[tuple[bool, Any]]:
-        results = list(results)
-        if len(results) != n:
-            raise RuntimeError(f"the batch function returned {len(results)} results for {n} items")
-        return [(False, r) if isinstance(r, BaseException) else (True, r) for r in results]
+    def _fail_pending(self, error_type: type, message: str, cause: BaseException | None = None) -> None:
+        """Fail everything queued or running: nobody may be left awaiting a future no one will resolve."""
+        self._fail([*self._live(), *self._batch], error_type, message, cause)
+        self._levels.clear()
+        self._batch, self._queued, self._running = [], 0, 0
+
+    def _collector_ended(self, task: asyncio.Task) -> None:
+        """Done-callback of the collector task: however it ended, fail what it held, at once."""
+        error = None if task.cancelled() else task.exception()   # reading it also marks it retrieved
+        if error is None and not task.cancelled():
+            return                              # it returned: closed and drained, nothing is pending
+        if self._stop_reason is not None and error is None:      # close() stopped it on purpose
+            self._fail_pending(BatcherClosedError, f"{self.name} was closed before this request was answered "
+                               f"({self._stop_reason})")
+            return
+        self._dead = (f"its collector stopped ({type(error).__name__}: {error})" if error is not None
+                      else "its collector task was cancelled")
+        if error is not None or self.in_flight:   # not worth an error when an idle loop just shut down
+            log.error("%s: %s; failing %d pending requests, refusing new ones", self.name, self._dead,
+                      self.in_flight, exc_info=error)
+        self._fail_pending(BatcherDeadError, f"{self.name} cannot serve: {self._dead}; "
+                           "this request was not answered", error)
 
     # ---- shutdown ------------------------------------------------------------------------------
     async def close(self, drain: bool = True, timeout: float = 30.0) -> None:
-        """Stop taking requests. drain=True finishes everything queued; False fails it at once."""
+        """Stop taking requests. drain=True finishes everything queued; False fails it at once.
+
+        Returns after about `timeout` seconds at most, and leaves no caller waiting: whatever is
+        not answered by then (a batch stuck in the model included) fails with BatcherClosedError.
+        A collector that died earlier does not make close() raise; `dead_reason` says why it died.
+        """
         self._closing = True
         if not drain:
-            for req in list(self._live()):
-                self._drop(req)
-                if not req.future.done():
-                    req.future.set_exception(BatcherClosedError(f"{self.name} closed before this request ran"))
-        if self._task is not None:
+            self._fail(list(self._live()), BatcherClosedError, f"{self.name} closed before this request ran")
+        task = self._task
+        if task is not None and not task.done():
             self._wake.set()
-            try:
-                await asyncio.wait_for(self._task, timeout=timeout)
-            except asyncio.TimeoutError:
-                self._task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=timeout)   # wait() neither raises nor cancels
+            if not done:
+                self._stop_reason = f"close() gave up after {timeout:g} s waiting for the batch in the model"
+                task.cancel()
+                await asyncio.wait({task})      # let it unwind; _collector_ended fails what it held
+        self._fail_pending(BatcherClosedError, f"{self.name} closed before this request was answered")
         self._executor.shutdown(wait=False)
 
     def run_in_worker(self, fn: Callable, *args):

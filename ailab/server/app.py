@@ -6,7 +6,8 @@ every millisecond spent on the event loop is a millisecond the GIL is not free f
 
     POST /v1/predict  {"inputs": "text" | [...], "model": optional}  -> outputs, model, model_sha256, request_id
     GET  /healthz     liveness: model, weights SHA-256, memory, recent QPS (200 while the process lives)
-    GET  /readyz      200 only once the default model is loaded and warmed, else 503
+    GET  /readyz      200 only once the default model is loaded and warmed, else 503; also 503 (with the
+                      reason) while a loaded model's batcher is dead
     GET  /metrics     Prometheus text format
     GET  /v1/models   what is registered and loaded
     POST /admin/models/{name}/swap   hot swap: reload a model beside the old one, switch, drain the old
@@ -284,9 +285,14 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if state.ready:
+        # A loaded model whose batcher's collector died answers nothing: take this replica out of
+        # rotation (503) and say why, instead of passing probes while every request fails.
+        dead = [f"model {name!r}: {e.batcher.dead_reason}" for name, e in registry.loaded.items()
+                if not e.batcher.healthy]
+        if state.ready and not dead:
             return _json({"ready": True, "model": registry.default})
-        reason = state.load_error or "the model is still loading and warming up"
+        reason = ("; ".join(dead) + " (restart the server or swap the model)" if dead
+                  else state.load_error or "the model is still loading and warming up")
         return _json({"ready": False, "reason": reason}, 503, {"Retry-After": str(config.retry_after_s)})
 
     @app.get("/metrics")
