@@ -42,7 +42,7 @@ def check(lab: str, name: str) -> Callable:
             except LabCheckFailed as e:
                 message = str(e)
             except NotImplementedError as e:
-                message = f"not implemented yet. {e}".strip()
+                message = str(e) if "not implemented yet" in str(e) else f"not implemented yet. {e}".strip()
             except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
                 tb = traceback.extract_tb(e.__traceback__)
                 where = f" (at line {tb[-1].lineno} of {tb[-1].name})" if tb else ""
