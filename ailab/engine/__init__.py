@@ -3,6 +3,7 @@ parity check, and a text classifier with per-stage timing.
 
 - runners.py  InputSpec, check_batch, Runner, TorchRunner, OnnxRunner
 - export.py   export_onnx (dynamic axes + parity), ExportResult, ExportParityError
+- int8.py     quantize_dynamic_int8 (ONNX Runtime dynamic INT8; ailab.quantize re-exports it)
 - text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx/sentiment_runner
 """
 from ailab.engine.runners import (  # noqa: F401

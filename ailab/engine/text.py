@@ -16,6 +16,7 @@ from torch import nn
 from ailab.timing import LatencyStats, latency_stats
 
 from ailab.engine.export import export_onnx
+from ailab.engine.int8 import quantize_dynamic_int8
 from ailab.engine.runners import InputSpec, OnnxRunner, Runner, TorchRunner
 
 
@@ -228,8 +229,6 @@ def sentiment_runner(backend: str = "onnx", precision: str = "fp32", threads: in
         raise ValueError(f"precision={precision!r} for backend='onnx'; choose 'fp32' or 'int8'")
     path = sentiment_onnx(trained.model, max_length)
     if precision == "int8":
-        from ailab.quantize import quantize_dynamic_int8
-
         path = quantize_dynamic_int8(path)
     runner = OnnxRunner(path, threads=threads, name=f"onnx-sentiment-{precision}")
     return TextClassifierRunner(runner, tok, max_length, classes)

@@ -1,0 +1,39 @@
+"""Dynamic INT8 through ONNX Runtime: the one quantization the engine itself needs (the INT8 sentiment runner).
+
+It lives in the engine, not in `ailab.quantize`, because quantize builds on the engine's runners; the
+rest of quantization (casts, static INT8, the report and gate) stays there and re-exports this.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ailab.engine.export import quiet_logger
+
+
+def _fresh(out: Path, src: Path) -> bool:
+    return out.exists() and out.stat().st_mtime >= src.stat().st_mtime
+
+
+def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None = None,
+                          per_channel: bool = True, reuse: bool = True) -> Path:
+    """INT8 weights for MatMul/Gather; activations quantized on the fly per batch (no calibration needed).
+
+    per_channel=True gives every output column its own scale. Measured on the MiniLM classifier: one
+    scale per tensor left a mean embedding cosine of 0.958 to FP32 and cost 1.5 accuracy points;
+    per channel, 0.992 and no loss, at the same size.
+    Writes `<stem>.int8-dynamic[-pt].onnx` beside the input unless `out` is given; reuses a fresh one.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ONNX model at {path}; export one with ailab.engine.export_onnx()")
+    out = Path(out) if out is not None else path.with_name(f"{path.stem}.int8-dynamic{'' if per_channel else '-pt'}.onnx")
+    if reuse and _fresh(out, path):
+        return out
+    tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
+    with quiet_logger(""):  # ORT logs 'consider pre-processing' advice on the root logger at every call
+        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
+    os.replace(tmp, out)
+    return out
