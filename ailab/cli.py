@@ -69,12 +69,9 @@ def cmd_bench(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    try:
-        server = importlib.import_module("ailab.server")
-    except ModuleNotFoundError:
-        print("error: the inference server (ailab.server) is not built yet", file=sys.stderr)
-        return 2
-    return server.serve_main(args.rest)
+    from ailab.server import serve_main
+
+    return serve_main(args.rest)
 
 
 def build_parser() -> argparse.ArgumentParser:

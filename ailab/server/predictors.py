@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ailab.engine.text import softmax
+
 
 class InputTooLongError(ValueError):
     """A text has more word pieces than the model takes and the server is set to refuse it (HTTP 413)."""
@@ -28,30 +30,12 @@ def state_sha256(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)  # (B, C); minus the max so exp() cannot overflow
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def torch_forward(model: nn.Module) -> Callable[[dict], np.ndarray]:
-    """A forward function over numpy token arrays on the best device (cuda -> mps -> cpu),
-    through ailab.engine's TorchRunner when present."""
+    """A forward function over numpy token arrays on the best device (cuda -> mps -> cpu): a TorchRunner's."""
     from ailab.device import pick_device
+    from ailab.engine import TorchRunner
 
-    try:
-        from ailab.engine import TorchRunner
-
-        runner = TorchRunner(model, name=f"torch-{type(model).__name__}", device=pick_device())
-        return runner.run
-    except ImportError:  # the engine layer is optional for the server
-        model = model.eval()
-
-        @torch.inference_mode()
-        def run(batch):
-            return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).float().numpy()
-
-        return run
+    return TorchRunner(model, name=f"torch-{type(model).__name__}", device=pick_device()).run
 
 
 class TextClassifierPredictor:
@@ -91,7 +75,7 @@ class TextClassifierPredictor:
             if not keep:
                 return out
             batch = {k: v[keep] for k, v in batch.items()}
-        probs = _softmax(np.asarray(self.forward(batch), dtype=np.float32))  # (B, C)
+        probs = softmax(np.asarray(self.forward(batch), dtype=np.float32))  # (B, C)
         for row, i in enumerate(keep):
             p = probs[row]
             k = int(p.argmax())

@@ -25,10 +25,6 @@ class PredictRequest:
     model: str | None
     single: bool          # the client sent one string, not a list
 
-    @property
-    def n_chars(self) -> int:
-        return sum(len(t) for t in self.texts)
-
 
 def _no_constants(name: str):
     raise InvalidRequest(400, f"JSON contains {name}, which is not valid JSON; send numbers or strings only")

@@ -348,21 +348,6 @@ def batcher_noop_rps(seconds: float = 2.0, max_batch_size: int = 32, concurrency
     return run_sync(main)
 
 
-def serve_and_load(app, texts, concurrency, duration_s, warmup_s) -> dict:
-    """Start `app` on loopback, drive it with closed-loop clients from a child process, stop it."""
-    from ailab.server import start_in_thread
-
-    handle = start_in_thread(app)
-    try:
-        result = closed_loop_http_subprocess(handle.url + "/v1/predict", texts, concurrency, duration_s, warmup_s)
-        state = getattr(app.state, "ailab", None)
-        if state is not None:
-            result["batcher"] = {k: e.batcher.stats.as_dict() for k, e in state.registry.loaded.items()}
-        return result
-    finally:
-        handle.stop()
-
-
 def _pool(windows: list[dict], seconds: float) -> dict:
     lat = [x for w in windows for x in w["latencies_ms"]] or [float("nan")]
     statuses: dict = {}
