@@ -18,35 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128)
 
-# Alert rules over these metrics (Prometheus rule-file format), topic S9.
-ALERT_RULES = """\
-groups:
-  - name: ailab-serving
-    rules:
-      - alert: HighP99Latency
-        expr: histogram_quantile(0.99, sum(rate(ailab_request_latency_seconds_bucket[5m])) by (le)) > 0.2
-        for: 5m
-        labels: {severity: page}
-        annotations:
-          summary: "p99 latency above 200 ms for 5 minutes"
-      - alert: HighErrorRate
-        expr: sum(rate(ailab_requests_total{status=~"5.."}[5m])) / sum(rate(ailab_requests_total[5m])) > 0.01
-        for: 5m
-        labels: {severity: page}
-        annotations:
-          summary: "more than 1% of requests answered 5xx"
-      - alert: QueueNearlyFull
-        expr: ailab_queue_depth / ailab_queue_capacity > 0.8
-        for: 2m
-        labels: {severity: ticket}
-        annotations:
-          summary: "the batcher queue is over 80% full: add capacity or shed load"
-      - alert: ServingDegraded
-        expr: increase(ailab_degraded_total[5m]) > 0
-        labels: {severity: page}
-        annotations:
-          summary: "fallback answers are being served: no model can serve"
-"""
+# The alert rules over these metrics live in monitoring/alerts.yml (the course's one rules file).
 
 
 def rss_bytes() -> int:
