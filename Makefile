@@ -30,12 +30,16 @@ setup-gpu: setup
 	$(BIN)/python -m pip uninstall -q -y onnxruntime
 	$(BIN)/python -m pip install -q --force-reinstall --no-deps "onnxruntime-gpu==1.31.1"
 
-## services: the real servers the application layer uses (Debian's redis-server and PostgreSQL 15)
+## services: the real servers and tools the application layer uses (Debian's redis-server, PostgreSQL 15,
+## Prometheus with promtool, and the hey/wrk load generators that cross-check ailab's own)
+SERVICE_PKGS := redis-server postgresql prometheus hey wrk
 services:
-	@if ! command -v redis-server >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	@if ! command -v redis-server >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	    || ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v hey >/dev/null \
+	    || ! command -v wrk >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null; \
-	  else echo "redis-server and PostgreSQL are needed: install them (Debian: apt-get install redis-server postgresql)"; exit 1; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SERVICE_PKGS) >/dev/null; \
+	  else echo "these Debian packages are needed: $(SERVICE_PKGS) (apt-get install $(SERVICE_PKGS))"; exit 1; fi; \
 	fi
 
 ## lab: open JupyterLab on the course at 127.0.0.1

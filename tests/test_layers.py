@@ -16,7 +16,7 @@ RANK = {
     "engine": 3, "quantize": 3, "drift": 3,         # running models
     "batch_isolation": 4, "batching": 4,            # batching, which knows no model and no HTTP
     "server": 5,                                    # HTTP
-    "bench": 6, "monitoring": 6, "workers": 6, "services": 6, "retrieval": 6,   # the application layer
+    "bench": 6, "monitoring": 6, "workers": 6, "services": 6, "retrieval": 6, "prometheus": 6,   # the application layer
     "suites": 7,                                    # `ailab bench <suite>` composes everything below
     "viz": 8, "widgets": 8, "labs": 8, "cli": 8, "book": 8, "doctor": 8,        # what learners touch
 }
