@@ -1,4 +1,8 @@
-"""The batch-loop lab's checks pass the right loop and reject plausible wrong ones."""
+"""The batch-loop lab's checks pass the right loop and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (the window restarts, busy polling, a constant instead of the
+argument, an off-by-one, a swallowed error, ...); each is rejected with the message that names it.
+"""
 import asyncio
 import time
 
@@ -21,6 +25,24 @@ async def right(queue, max_batch_size, max_wait_s):
             break
     return batch
 
+
+async def right_drains_first(queue, max_batch_size, max_wait_s):
+    """Also right: take what is already queued without waiting, then wait for the rest of the window."""
+    batch = [await queue.get()]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_s
+    while len(batch) < max_batch_size:
+        if not queue.empty():
+            batch.append(queue.get_nowait())
+            continue
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time())))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+# --- wrong collect_batch, one class of mistake each -------------------------------------------------------
 
 async def waits_forever(queue, max_batch_size, max_wait_s):
     return [await queue.get() for _ in range(max_batch_size)]
@@ -65,6 +87,90 @@ async def snapshot_only(queue, max_batch_size, max_wait_s):
     return batch
 
 
+async def restarts_window(queue, max_batch_size, max_wait_s):
+    """A fixed timeout per get(): every new item opens a fresh window."""
+    batch = [await queue.get()]
+    while len(batch) < max_batch_size:
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), max_wait_s))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+async def busy_polls(queue, max_batch_size, max_wait_s):
+    """Right batches, but spins on the queue instead of awaiting it."""
+    while queue.empty():
+        await asyncio.sleep(0)
+    batch = [queue.get_nowait()]
+    deadline = time.monotonic() + max_wait_s
+    while len(batch) < max_batch_size and time.monotonic() < deadline:
+        if queue.empty():
+            await asyncio.sleep(0)
+        else:
+            batch.append(queue.get_nowait())
+    return batch
+
+
+async def blocking_poll(queue, max_batch_size, max_wait_s):
+    """Waits with time.sleep: the event loop (and the producer) is frozen while it waits."""
+    while queue.empty():
+        time.sleep(0.01)
+    batch = [queue.get_nowait()]
+    deadline = time.monotonic() + max_wait_s
+    while len(batch) < max_batch_size and time.monotonic() < deadline:
+        if queue.empty():
+            time.sleep(0.01)
+        else:
+            batch.append(queue.get_nowait())
+    return batch
+
+
+async def fixed_size_8(queue, max_batch_size, max_wait_s):
+    return await right(queue, 8, max_wait_s)
+
+
+async def fixed_window(queue, max_batch_size, max_wait_s):
+    return await right(queue, max_batch_size, 0.1)
+
+
+async def window_in_ms(queue, max_batch_size, max_wait_s):
+    return await right(queue, max_batch_size, max_wait_s / 1000)
+
+
+async def off_by_one(queue, max_batch_size, max_wait_s):
+    batch = [await queue.get()]
+    deadline = time.monotonic() + max_wait_s
+    while len(batch) <= max_batch_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), remaining))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+async def puts_back_extra(queue, max_batch_size, max_wait_s):
+    """Takes one item too many, then puts it back - at the back of the queue."""
+    batch = await off_by_one(queue, max_batch_size, max_wait_s)
+    if len(batch) > max_batch_size:
+        queue.put_nowait(batch.pop())
+    return batch
+
+
+async def drops_falsy(queue, max_batch_size, max_wait_s):
+    batch = [x for x in await right(queue, max_batch_size, max_wait_s) if x]
+    return batch or [None]
+
+
+async def returns_tuple(queue, max_batch_size, max_wait_s):
+    return tuple(await right(queue, max_batch_size, max_wait_s))
+
+
+# --- run_isolated ----------------------------------------------------------------------------------------
+
 def run_isolated_right(fn, items):
     try:
         return [("ok", r) for r in fn(items)]
@@ -76,6 +182,17 @@ def run_isolated_right(fn, items):
             except Exception as e:
                 out.append(("error", e))
         return out
+
+
+def run_isolated_bisect(fn, items):
+    """Also right (what ailab.batching does): split a failing batch in halves, retry only the halves that fail."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception as e:
+        if len(items) == 1:
+            return [("error", e)]
+    mid = len(items) // 2
+    return run_isolated_bisect(fn, items[:mid]) + run_isolated_bisect(fn, items[mid:])
 
 
 def fail_whole_batch(fn, items):
@@ -95,44 +212,217 @@ def always_one_by_one(fn, items):
     return out
 
 
+def carries_batch_error(fn, items):
+    """Finds the bad item, but hands it the batch's exception instead of its own."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception as batch_error:
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x])[0]))
+            except Exception:
+                out.append(("error", batch_error))
+        return out
+
+
+def swallows_errors(fn, items):
+    """The broken input reports success."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x])[0]))
+            except Exception:
+                out.append(("ok", None))
+        return out
+
+
+def catches_only_value_error(fn, items):
+    try:
+        return [("ok", r) for r in fn(items)]
+    except ValueError:
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x])[0]))
+            except ValueError as e:
+                out.append(("error", e))
+        return out
+
+
+def keeps_the_list(fn, items):
+    """Pairs each item with fn([x]) - a list of one - instead of its only result."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x])))
+            except Exception as e:
+                out.append(("error", e))
+        return out
+
+
+def bare_except(fn, items):
+    try:
+        return [("ok", r) for r in fn(items)]
+    except:  # noqa: E722 - the mistake under test
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x])[0]))
+            except:  # noqa: E722
+                out.append(("error", RuntimeError("failed")))
+        return out
+
+
+def raises_when_all_fail(fn, items):
+    out = run_isolated_right(fn, items)
+    if all(s == "error" for s, _ in out):
+        raise RuntimeError("the model failed on every item")
+    return out
+
+
+def stops_at_first_bad(fn, items):
+    """Retries one by one until it finds the bad item, then runs the rest as one batch, unprotected."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        out = []
+        for i, x in enumerate(items):
+            try:
+                out.append(("ok", fn([x])[0]))
+            except Exception as e:
+                out.append(("error", e))
+                return out + [("ok", r) for r in fn(items[i + 1:])]
+        return out
+
+
+def error_as_text(fn, items):
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x])[0]))
+            except Exception as e:
+                out.append(("error", str(e)))
+        return out
+
+
+def errors_at_the_end(fn, items):
+    out = run_isolated_right(fn, items)
+    return [p for p in out if p[0] == "ok"] + [p for p in out if p[0] == "error"]
+
+
+def assumes_numpy(fn, items):
+    """Only works for a model that returns a numpy array."""
+    try:
+        return [("ok", r) for r in fn(items).tolist()]
+    except Exception:
+        out = []
+        for x in items:
+            try:
+                out.append(("ok", fn([x]).tolist()[0]))
+            except Exception as e:
+                out.append(("error", e))
+        return out
+
+
 def stub(*a, **k):
     raise NotImplementedError("write it")
 
 
 COLLECT_CHECKS = [L.check_dispatch_on_size, L.check_dispatch_on_timeout, L.check_never_exceeds_max,
-                  L.check_window_opens_at_first_item, L.check_batches_trickle]
+                  L.check_window_opens_at_first_item, L.check_batches_trickle, L.check_window_does_not_restart,
+                  L.check_idles_while_waiting]
+ISOLATE_CHECKS = [L.check_isolated_success_runs_once, L.check_isolates_bad_item, L.check_isolation_every_item_fails,
+                  L.check_isolation_lets_interrupts_through]
 
 
+@pytest.mark.parametrize("impl", [right, right_drains_first])
 @pytest.mark.parametrize("chk", COLLECT_CHECKS)
-def test_right_collect_passes(chk):
-    chk(right)
+def test_right_collect_passes(chk, impl):
+    chk(impl)
 
 
-def test_right_isolation_passes():
-    L.check_isolates_bad_item(run_isolated_right)
+@pytest.mark.parametrize("impl", [run_isolated_right, run_isolated_bisect])
+@pytest.mark.parametrize("chk", ISOLATE_CHECKS)
+def test_right_isolation_passes(chk, impl):
+    chk(impl)
 
 
-@pytest.mark.parametrize("chk, wrong", [
-    (L.check_dispatch_on_size, always_waits),
-    (L.check_dispatch_on_timeout, waits_forever),
-    (L.check_dispatch_on_timeout, never_batches),
-    (L.check_never_exceeds_max, drains_everything),
-    (L.check_window_opens_at_first_item, window_from_call),
-    (L.check_window_opens_at_first_item, never_batches),
-    (L.check_batches_trickle, never_batches),
-    (L.check_batches_trickle, snapshot_only),
-    (L.check_isolates_bad_item, fail_whole_batch),
-    (L.check_isolates_bad_item, always_one_by_one),
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_dispatch_on_size, always_waits, "do not wait out max_wait_s"),
+    (L.check_dispatch_on_size, off_by_one, "do not wait out max_wait_s"),
+    (L.check_dispatch_on_size, fixed_size_8, r"max_batch_size=3 the batch should be the first 3"),
+    (L.check_never_exceeds_max, puts_back_extra, r"must stay queued in order"),
+    (L.check_dispatch_on_timeout, waits_forever, "it waits forever"),
+    (L.check_dispatch_on_timeout, never_batches, "never batches"),
+    (L.check_dispatch_on_timeout, fixed_window, r"max_wait_s=0.9 the partial batch went after"),
+    (L.check_dispatch_on_timeout, window_in_ms, r"max_wait_s=0.1 the partial batch went after"),
+    (L.check_never_exceeds_max, drains_everything, r"holds 50 items but max_batch_size=8"),
+    (L.check_never_exceeds_max, off_by_one, r"holds 9 items but max_batch_size=8"),
+    (L.check_never_exceeds_max, fixed_size_8, r"holds 8 items but max_batch_size=1"),
+    (L.check_never_exceeds_max, drops_falsy, "falsy ones included"),
+    (L.check_never_exceeds_max, returns_tuple, "should return a list"),
+    (L.check_window_opens_at_first_item, window_from_call, "empty batch|window must start"),
+    (L.check_window_opens_at_first_item, never_batches, "expected both"),
+    (L.check_window_opens_at_first_item, blocking_poll, "blocked the event loop"),
+    (L.check_batches_trickle, never_batches, "keep waiting for more items"),
+    (L.check_batches_trickle, snapshot_only, "keep waiting for more items"),
+    (L.check_window_does_not_restart, restarts_window, "restarts at every item"),
+    (L.check_window_does_not_restart, never_batches, "keep taking items"),
+    (L.check_idles_while_waiting, busy_polls, "polls instead of sleeping"),
 ])
-def test_wrong_answers_fail(chk, wrong):
-    with pytest.raises(LabCheckFailed):
+def test_wrong_collect_fails(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
 
 
-@pytest.mark.parametrize("chk", COLLECT_CHECKS + [L.check_isolates_bad_item])
+def test_busy_polling_is_a_real_cpu_cost():
+    """The measurement behind check_idles_while_waiting: the right loop sleeps, the busy one spins."""
+    feed = L._trickle(["a"], 1.0, delay_s=0.4)
+    assert L._collect(right, feed, 8, 0.6)["cpu"] < 0.05
+    assert L._collect(busy_polls, feed, 8, 0.6)["cpu"] > 0.15
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_isolates_bad_item, fail_whole_batch, r"bad item in the middle: statuses should be \['ok', 'ok', 'error'"),
+    (L.check_isolated_success_runs_once, always_one_by_one, "first call of fn should be the whole batch"),
+    (L.check_isolates_bad_item, always_one_by_one, "first call of fn should be the whole batch"),
+    (L.check_isolates_bad_item, carries_batch_error, "should carry the exception fn raised when it ran alone"),
+    (L.check_isolates_bad_item, swallows_errors, r"statuses should be \['ok', 'ok', 'error', 'ok'\]"),
+    (L.check_isolation_every_item_fails, swallows_errors, r"statuses should be \['error', 'error', 'error'\]"),
+    (L.check_isolates_bad_item, catches_only_value_error, "raised RuntimeError"),
+    (L.check_isolates_bad_item, keeps_the_list, "result fn gives for it alone"),
+    (L.check_isolation_lets_interrupts_through, bare_except, "Ctrl-C and SystemExit must stop"),
+    (L.check_isolation_every_item_fails, raises_when_all_fail, "run_isolated raised RuntimeError"),
+    (L.check_isolates_bad_item, stops_at_first_bad, "two bad items: run_isolated raised _ModelError"),
+    (L.check_isolates_bad_item, error_as_text, "its value should be the exception object"),
+    (L.check_isolates_bad_item, errors_at_the_end, "statuses should be"),
+    (L.check_isolated_success_runs_once, assumes_numpy, r"2 items: statuses should be \['ok', 'ok'\]"),
+])
+def test_wrong_isolation_fails(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_fail_whole_batch_passes_the_happy_path_but_not_isolation():
+    L.check_isolated_success_runs_once(fail_whole_batch)
+    with pytest.raises(LabCheckFailed):
+        L.check_isolates_bad_item(fail_whole_batch)
+
+
+@pytest.mark.parametrize("chk", COLLECT_CHECKS + ISOLATE_CHECKS)
 def test_stub_fails(chk):
     async def astub(*a):
         raise NotImplementedError("write it")
 
     with pytest.raises(LabCheckFailed):
-        chk(stub if chk is L.check_isolates_bad_item else astub)
+        chk(stub if chk in ISOLATE_CHECKS else astub)
