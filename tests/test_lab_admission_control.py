@@ -1,4 +1,11 @@
-"""The admission-control lab's checks pass the right answer and reject plausible wrong ones."""
+"""The admission-control lab's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (a constant instead of the argument, an off-by-one at the bound,
+a strict comparison at the deadline, another clock, a queue rebound instead of mutated, ...); each is
+rejected with the message that names it.
+"""
+import time
+from collections import deque
 
 import pytest
 
@@ -81,6 +88,144 @@ def take_lifo(queue, now, max_batch_size):
     return batch, expired
 
 
+def admit_fixed_bound(queue, request, max_queue):
+    """Uses the notes' 4 instead of the argument."""
+    if len(queue) >= 4:
+        raise QueueFullError("full")
+    queue.append(request)
+
+
+def admit_to_front(queue, request, max_queue):
+    if len(queue) >= max_queue:
+        raise QueueFullError("full")
+    queue.appendleft(request)
+
+
+class Counter:
+    """Counts its own admissions instead of looking at the queue."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, queue, request, max_queue):
+        if self.n >= max_queue:
+            raise QueueFullError("full")
+        self.n += 1
+        queue.append(request)
+
+
+def admit_wrong_error(queue, request, max_queue):
+    if len(queue) >= max_queue:
+        raise ValueError("queue full")
+    queue.append(request)
+
+
+def admit_append_then_check(queue, request, max_queue):
+    queue.append(request)
+    if len(queue) > max_queue:
+        raise QueueFullError("full")
+
+
+def admit_waits_for_room(queue, request, max_queue):
+    while len(queue) >= max_queue:
+        time.sleep(0.01)
+    queue.append(request)
+
+
+def admit_slow_refusal(queue, request, max_queue):
+    if len(queue) >= max_queue:
+        time.sleep(1.5)
+        raise QueueFullError("full")
+    queue.append(request)
+
+
+def admit_copies(queue, request, max_queue):
+    if len(queue) >= max_queue:
+        raise QueueFullError("full")
+    queue.append(L.Request(request.id, request.deadline))
+
+
+def take_strict(queue, now, max_batch_size):
+    """deadline < now is expired: a request AT its deadline is still computed."""
+    batch, expired = [], []
+    while queue and len(batch) < max_batch_size:
+        r = queue.popleft()
+        (batch if r.deadline >= now else expired).append(r)
+    return batch, expired
+
+
+def take_wall_clock(queue, now, max_batch_size):
+    """Ignores `now` and reads a clock of its own."""
+    return take_batch(queue, time.monotonic(), max_batch_size)
+
+
+def take_fixed_size(queue, now, max_batch_size):
+    return take_batch(queue, now, 3)
+
+
+def take_off_by_one(queue, now, max_batch_size):
+    batch, expired = [], []
+    while queue and len(batch) <= max_batch_size:
+        r = queue.popleft()
+        (batch if r.deadline > now else expired).append(r)
+    return batch, expired
+
+
+def take_sweeps_all_expired(queue, now, max_batch_size):
+    """Drops every expired request in the queue, also those behind a full batch."""
+    expired = [r for r in queue if r.deadline <= now]
+    live = [r for r in queue if r.deadline > now]
+    queue.clear()
+    queue.extend(live[max_batch_size:])
+    return live[:max_batch_size], expired
+
+
+def take_rebinds(queue, now, max_batch_size):
+    """Builds a new deque instead of popping from the caller's: the caller's queue never shrinks."""
+    items = list(queue)
+    batch, expired, i = [], [], 0
+    while i < len(items) and len(batch) < max_batch_size:
+        (batch if items[i].deadline > now else expired).append(items[i])
+        i += 1
+    queue = deque(items[i:])  # noqa: F841 - the mistake under test
+    return batch, expired
+
+
+def take_returns_ids(queue, now, max_batch_size):
+    batch, expired = take_batch(queue, now, max_batch_size)
+    return [r.id for r in batch], [r.id for r in expired]
+
+
+def take_drops_expired_silently(queue, now, max_batch_size):
+    batch, _ = take_batch(queue, now, max_batch_size)
+    return batch, []
+
+
+def take_stops_at_expired(queue, now, max_batch_size):
+    batch, expired = [], []
+    while queue and len(batch) < max_batch_size:
+        r = queue.popleft()
+        if r.deadline <= now:
+            expired.append(r)
+            break
+        batch.append(r)
+    return batch, expired
+
+
+def take_one_then_check(queue, now, max_batch_size):
+    """Checks the size only after adding: with max_batch_size=0 it still takes one."""
+    batch, expired = [], []
+    while queue:
+        r = queue.popleft()
+        if r.deadline <= now:
+            expired.append(r)
+            continue
+        batch.append(r)
+        if len(batch) == max_batch_size:
+            break
+    return batch, expired
+
+
 def stub(*a, **k):
     raise NotImplementedError("write it")
 
@@ -89,6 +234,7 @@ def test_right_answer_passes():
     L.check_bound(admit)
     L.check_typed_error_and_recovery(admit)
     L.check_deadlines(take_batch)
+    L.check_take_batch_arguments(take_batch)
     res = L.check_overload(admit, take_batch)
     assert res["max_queue_len"] <= 20
 
@@ -100,14 +246,39 @@ def test_unbounded_queue_fails_the_overload_check():
         L.check_overload(admit_unbounded, take_batch)
 
 
-@pytest.mark.parametrize("chk, wrong", [
-    (L.check_bound, admit_unbounded), (L.check_bound, admit_off_by_one), (L.check_bound, admit_drops_oldest),
-    (L.check_typed_error_and_recovery, admit_returns_false), (L.check_typed_error_and_recovery, Latch()),
-    (L.check_deadlines, take_no_deadline), (L.check_deadlines, take_expired_counted_in_batch),
-    (L.check_deadlines, take_lifo),
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_bound, admit_unbounded, "max_queue=4 but the queue now holds 10"),
+    (L.check_bound, admit_off_by_one, "max_queue=4 but the queue now holds 5"),
+    (L.check_bound, admit_drops_oldest, r"should be \[0, 1, 2, 3, 4\] \(the same Request object, at the back\); it is \[1, 2, 3, 4\]"),
+    (L.check_bound, admit_fixed_bound, r"with max_queue=1 and an empty queue, the first 1 requests should be accepted.*accepted \[0, 1, 2, 3\]"),
+    (L.check_bound, admit_to_front, r"the queue should be \[0, 1\] \(the same Request object, at the back\)"),
+    (L.check_bound, Counter(), "with max_queue=1 and an empty queue.*the queue's own length"),
+    (L.check_bound, admit_append_then_check, "refusal must leave the queue exactly as it was"),
+    (L.check_bound, admit_copies, "not a copy"),
+    (L.check_typed_error_and_recovery, admit_returns_false, "must raise QueueFullError.*returned False"),
+    (L.check_typed_error_and_recovery, Latch(), "after one request left the full queue.*refused request 100"),
+    (L.check_typed_error_and_recovery, admit_wrong_error, "raised ValueError.*raise ailab.batching.QueueFullError"),
+    (L.check_typed_error_and_recovery, admit_waits_for_room, "did not return within 2 s: it waits for room"),
+    (L.check_typed_error_and_recovery, admit_slow_refusal, "to refuse a request into a full queue: refuse at once"),
+    (L.check_typed_error_and_recovery, admit_unbounded, "must raise QueueFullError"),
+    (L.check_deadlines, take_no_deadline, "deadline has passed reached the batch"),
+    (L.check_deadlines, take_expired_counted_in_batch, r"should be requests \[0, 2, 4\]"),
+    (L.check_deadlines, take_lifo, r"should be requests \[0, 2, 4\]"),
+    (L.check_deadlines, take_strict, r"deadline <= now is expired.*expired should be \[0, 2\], got \[2\]"),
+    (L.check_deadlines, take_returns_ids, "should hold the Request objects themselves"),
+    (L.check_deadlines, take_drops_expired_silently, "must be returned as expired"),
+    (L.check_deadlines, take_stops_at_expired, r"should be requests \[0, 2, 4\]"),
+    (L.check_take_batch_arguments, take_wall_clock, "not another clock"),
+    (L.check_take_batch_arguments, take_fixed_size, "max_batch_size=1: the batch should be"),
+    (L.check_take_batch_arguments, take_off_by_one, "max_batch_size=1: the batch should be"),
+    (L.check_take_batch_arguments, take_sweeps_all_expired, "stop popping as soon as the batch is full"),
+    (L.check_take_batch_arguments, take_rebinds, "should stay in the queue you were given"),
+    (L.check_take_batch_arguments, take_one_then_check, "max_batch_size=0 takes nothing"),
 ])
-def test_wrong_answers_fail(chk, wrong):
-    with pytest.raises(LabCheckFailed):
+def test_wrong_answers_fail(chk, wrong, message):
+    if isinstance(wrong, (Latch, Counter)):
+        wrong = type(wrong)()
+    with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
 
 
@@ -116,7 +287,8 @@ def test_overload_check_catches_serving_expired_requests():
         L.check_overload(admit, take_no_deadline)
 
 
-@pytest.mark.parametrize("chk", [L.check_bound, L.check_typed_error_and_recovery, L.check_deadlines])
+@pytest.mark.parametrize("chk", [L.check_bound, L.check_typed_error_and_recovery, L.check_deadlines,
+                                 L.check_take_batch_arguments])
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed):
         chk(stub)
@@ -125,3 +297,32 @@ def test_stub_fails(chk):
 def test_stub_fails_overload():
     with pytest.raises(LabCheckFailed):
         L.check_overload(stub, stub)
+
+
+def admit_alt(queue, request, max_queue):
+    """Also right: accept when there is room and say so; refuse otherwise."""
+    if len(queue) < max_queue:
+        queue.append(request)
+        return True
+    raise QueueFullError(f"{len(queue)} of {max_queue} waiting")
+
+
+def take_batch_alt(queue, now, max_batch_size):
+    """Also right: peek before popping."""
+    batch, expired = [], []
+    while queue:
+        if len(batch) == max_batch_size:
+            break
+        if queue[0].deadline <= now:
+            expired.append(queue.popleft())
+        else:
+            batch.append(queue.popleft())
+    return batch, expired
+
+
+def test_other_right_answers_pass():
+    L.check_bound(admit_alt)
+    L.check_typed_error_and_recovery(admit_alt)
+    L.check_deadlines(take_batch_alt)
+    L.check_take_batch_arguments(take_batch_alt)
+    L.check_overload(admit_alt, take_batch_alt)
