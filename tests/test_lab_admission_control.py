@@ -88,6 +88,13 @@ def take_lifo(queue, now, max_batch_size):
     return batch, expired
 
 
+def admit_exactly_full(queue, request, max_queue):
+    """Full only at exactly max_queue: a queue already past the bound keeps growing."""
+    if len(queue) == max_queue:
+        raise QueueFullError("full")
+    queue.append(request)
+
+
 def admit_fixed_bound(queue, request, max_queue):
     """Uses the notes' 4 instead of the argument."""
     if len(queue) >= 4:
@@ -255,6 +262,7 @@ def test_unbounded_queue_fails_the_overload_check():
     (L.check_bound, Counter(), "with max_queue=1 and an empty queue.*the queue's own length"),
     (L.check_bound, admit_append_then_check, "refusal must leave the queue exactly as it was"),
     (L.check_bound, admit_copies, "not a copy"),
+    (L.check_bound, admit_exactly_full, "over max_queue=3: admit.. must refuse"),
     (L.check_typed_error_and_recovery, admit_returns_false, "must raise QueueFullError.*returned False"),
     (L.check_typed_error_and_recovery, Latch(), "after one request left the full queue.*refused request 100"),
     (L.check_typed_error_and_recovery, admit_wrong_error, "raised ValueError.*raise ailab.batching.QueueFullError"),

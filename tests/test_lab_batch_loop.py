@@ -169,6 +169,25 @@ async def returns_tuple(queue, max_batch_size, max_wait_s):
     return tuple(await right(queue, max_batch_size, max_wait_s))
 
 
+async def deadline_before_first(queue, max_batch_size, max_wait_s):
+    """Fixes the window's end before the first item has arrived."""
+    deadline = time.monotonic() + max_wait_s
+    batch = [await queue.get()]
+    while len(batch) < max_batch_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), remaining))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+async def newest_first(queue, max_batch_size, max_wait_s):
+    return list(reversed(await right(queue, max_batch_size, max_wait_s)))
+
+
 # --- run_isolated ----------------------------------------------------------------------------------------
 
 def run_isolated_right(fn, items):
@@ -334,6 +353,17 @@ def assumes_numpy(fn, items):
         return out
 
 
+def retries_whole_batch(fn, items):
+    """Retries the whole batch once ("it may be transient") before isolating."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        try:
+            return [("ok", r) for r in fn(items)]
+        except Exception:
+            return run_isolated_right(fn, items)
+
+
 def stub(*a, **k):
     raise NotImplementedError("write it")
 
@@ -374,6 +404,8 @@ def test_right_isolation_passes(chk, impl):
     (L.check_window_opens_at_first_item, window_from_call, "empty batch|window must start"),
     (L.check_window_opens_at_first_item, never_batches, "expected both"),
     (L.check_window_opens_at_first_item, blocking_poll, "blocked the event loop"),
+    (L.check_window_opens_at_first_item, deadline_before_first, "expected both"),
+    (L.check_dispatch_on_size, newest_first, "in order"),
     (L.check_batches_trickle, never_batches, "keep waiting for more items"),
     (L.check_batches_trickle, snapshot_only, "keep waiting for more items"),
     (L.check_window_does_not_restart, restarts_window, "restarts at every item"),

@@ -89,6 +89,11 @@ def check_bound(admit):
     expect([r.id for r in accepted] == [0, 1], f"a queue that already holds 5 requests has room for 2 more under "
                                                f"max_queue=7; accepted {[r.id for r in accepted]}: count what is in "
                                                "the queue (len), not what your function admitted")
+    queue = deque(Request(100 + i, 100.0) for i in range(5))     # the bound was lowered while 5 waited
+    accepted, _ = _admit_all(admit, queue, [Request(0, 100.0)], max_queue=3)
+    expect(accepted == [] and len(queue) == 5, f"a queue that already holds 5 requests is over max_queue=3: admit() "
+                                               f"must refuse (full means at least max_queue, not exactly); the queue "
+                                               f"now holds {len(queue)}")
 
 
 def _admit_bounded_time(admit, queue, request, max_queue, limit_s=2.0):
