@@ -1,4 +1,4 @@
-"""`ailab` on the command line: doctor, labs build/check, bench, serve.
+"""`ailab` on the command line: doctor, labs build/check/grade/reset, bench, serve.
 
 Each benchmark suite is a module `ailab.suites.<name>` with
 `run(quick: bool = False, argv: list[str] | None = None) -> dict`;
@@ -41,6 +41,23 @@ def cmd_labs(args) -> int:
                 print(f"out of date: {path} (run `ailab labs build`)")
             return 1 if stale else 0
         print(f"wrote {len(stale)} lab notebook(s)" + "".join(f"\n  {p}" for p in stale))
+        return 0
+    if args.action in ("grade", "reset"):
+        from ailab.labs import grade
+
+        try:
+            if args.action == "reset":
+                backup, source = grade.reset(args.path, args.labs, args.solutions)
+                print(f"restored {args.path} from {source}; your version is kept as {backup}")
+                return 0
+            results = grade.grade(args.dir, args.labs, jobs=args.jobs, limit_s=args.timeout, csv_path=args.csv,
+                                  progress=grade.print_progress)
+        except (FileNotFoundError, ValueError) as e:  # LabFormatError is a ValueError
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(grade.summary_table(results) if results else f"no notebooks under {args.dir}")
+        if args.csv:
+            print(f"wrote {sum(len(g.rows()) for g in results)} row(s) to {args.csv}")
         return 0
     from ailab.labs.runner import run_lab
 
@@ -90,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 if labs/ is out of date")
     c = lsub.add_parser("check", help="run a lab notebook and report which checks pass")
     c.add_argument("path")
+    g = lsub.add_parser("grade", help="run every submitted lab under DIR; one CSV row per learner, lab and check")
+    g.add_argument("dir", help="submissions: one learner per file or per folder directly under it")
+    g.add_argument("--jobs", type=int, default=2, help="notebooks run at once (default 2)")
+    g.add_argument("--timeout", type=float, default=300, help="seconds each notebook may run (default 300)")
+    g.add_argument("--csv", help="write the per-check results to this CSV file")
+    g.add_argument("--labs", default="labs", help="the generated labs to compare check cells with")
+    r = lsub.add_parser("reset", help="replace a lab notebook with a fresh copy, keeping yours as a .bak-*.ipynb")
+    r.add_argument("path")
+    r.add_argument("--labs", default="labs")
+    r.add_argument("--solutions", default="solutions")
     labs.set_defaults(func=cmd_labs)
 
     be = sub.add_parser("bench", help="run a benchmark suite: " + ", ".join(_suites()))

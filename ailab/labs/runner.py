@@ -1,9 +1,15 @@
-"""Run a lab notebook the way a learner would and report which checks passed."""
+"""Run a lab notebook the way a learner would and report which checks passed.
+
+Each run gets a fresh kernel. A run that goes past its time limit, or whose kernel dies (a learner's
+`os._exit(1)`, a segfault, memory), is not an exception: the report's `status` says "timeout" or
+"crashed" and `detail` names the cell; the checks that ran before it are kept.
+"""
 from __future__ import annotations
 
 import os
 import json
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +25,8 @@ class LabReport:
     lab: str
     checks: list[dict] = field(default_factory=list)       # {"check", "passed", "message"}
     cell_errors: list[str] = field(default_factory=list)   # errors outside any check
+    status: str = "ok"                                      # "ok", "timeout" or "crashed"
+    detail: str = ""                                        # where it timed out or crashed
 
     @property
     def passed(self) -> list[str]:
@@ -30,10 +38,12 @@ class LabReport:
 
     @property
     def ok(self) -> bool:
-        return bool(self.checks) and not self.failed
+        return bool(self.checks) and not self.failed and self.status == "ok"
 
     def summary(self) -> str:
         lines = [f"{self.path} ({self.lab}): {len(self.passed)} of {len(self.checks)} checks passed"]
+        if self.status != "ok":
+            lines.append(f"  {self.status.upper()}: {self.detail}")
         lines += [f"  PASS  {c['check']}" for c in self.checks if c["passed"]]
         lines += [f"  FAIL  {c['check']}: {c['message']}" for c in self.failed]
         if not self.checks:
@@ -52,30 +62,58 @@ def read_notebook(path: str | Path):
         raise ValueError(f"{path} is not a readable Jupyter notebook: {e}") from e
 
 
-def run_lab(path: str | Path, timeout: int = 900) -> LabReport:
-    """Execute every cell (continuing past errors) and collect the checks' outcomes."""
+class _TimeLimit(Exception):
+    """The whole notebook's time limit ran out before a cell could start."""
+
+
+def run_lab(path: str | Path, timeout: int = 900, limit_s: float | None = None) -> LabReport:
+    """Execute every cell (continuing past errors) in a fresh kernel and collect the checks' outcomes.
+
+    `timeout` bounds each cell; `limit_s`, when given, bounds all cells together (kernel start-up
+    excluded) and the kernel is then killed at once rather than asked to shut down.
+    """
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     nb = read_notebook(path)
     lab = lab_name(nb, path)
+    where = {"cell": None, "deadline": None}
+
+    def cell_timeout(cell) -> float:
+        now = time.monotonic()
+        if limit_s is None:
+            return timeout
+        if where["deadline"] is None:
+            where["deadline"] = now + limit_s
+        left = where["deadline"] - now
+        if left <= 0:
+            raise _TimeLimit()
+        return min(timeout, left)
+
+    def on_cell_execute(cell, cell_index, **_):
+        where["cell"] = cell_index
+
+    status, detail = "ok", ""
     with tempfile.TemporaryDirectory() as tmp:
         report_file = Path(tmp) / "report.jsonl"
         report_file.touch()
-        old = os.environ.get(REPORT_ENV)
-        os.environ[REPORT_ENV] = str(report_file)  # inherited by the kernel process
+        # The kernel gets its own environment, so several runs can go on at once in one process.
+        env = {**os.environ, REPORT_ENV: str(report_file)}
+        client = NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout, kernel_name="python3",
+                                allow_errors=True, on_cell_execute=on_cell_execute,
+                                shutdown_kernel="graceful" if limit_s is None else "immediate",
+                                resources={"metadata": {"path": str(Path(path).parent.resolve())}})
         try:
-            client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                    resources={"metadata": {"path": str(Path(path).parent.resolve())}})
-            client.execute()
-        finally:
-            if old is None:
-                os.environ.pop(REPORT_ENV, None)
-            else:
-                os.environ[REPORT_ENV] = old
+            client.execute(env=env)
+        except (CellTimeoutError, _TimeLimit):
+            limit = f"{limit_s:g} s for the notebook" if limit_s is not None else f"{timeout} s per cell"
+            status, detail = "timeout", f"time limit ({limit}) reached in cell {where['cell']}"
+        except DeadKernelError:
+            status, detail = "crashed", f"the kernel died in cell {where['cell']}"
         checks = [json.loads(line) for line in report_file.read_text().splitlines() if line.strip()]
     errors = []
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error" and out.get("ename") != "LabCheckFailed":
                 errors.append(f"cell {i}: {out['ename']}: {out['evalue']}")
-    return LabReport(str(path), lab, checks, errors)
+    return LabReport(str(path), lab, checks, errors, status, detail)
