@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
+from ailab.aio import run_sync  # noqa: F401 - re-exported: notebooks drive the batcher from sync code
 from ailab.batch_isolation import run_isolated
 
 log = logging.getLogger(__name__)
@@ -468,55 +469,3 @@ class DynamicBatcher:
     def run_in_worker(self, fn: Callable, *args):
         """Run fn(*args) on the model's own thread (warm-up, probes) and return an awaitable."""
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-
-async def closed_loop(batcher: DynamicBatcher, items: Sequence, concurrency: int, duration_s: float,
-                      warmup_s: float = 0.0, timeout: float | None = None) -> dict:
-    """`concurrency` in-process clients, each submitting the next item as soon as its last one returns.
-
-    Throughput and latencies count the requests that *completed* inside the measurement window, so a
-    window holding a few slow batches is not rounded up or down by a whole batch.
-    """
-    if concurrency < 1 or duration_s <= 0:
-        raise ValueError("closed_loop needs concurrency >= 1 and duration_s > 0")
-    start = time.monotonic()
-    measure_from, stop_at = start + warmup_s, start + warmup_s + duration_s
-    latencies, errors = [], Counter()
-
-    async def client(k: int):
-        i = k
-        while time.monotonic() < stop_at:
-            t0 = time.monotonic()
-            try:
-                await batcher.submit(items[i % len(items)], timeout=timeout)
-                t1 = time.monotonic()
-                if measure_from <= t1 < stop_at:
-                    latencies.append((t1 - t0) * 1e3)
-            except Exception as e:  # noqa: BLE001 - counted, not raised: a load test reports errors
-                if measure_from <= time.monotonic() < stop_at:
-                    errors[type(e).__name__] += 1
-            i += concurrency
-
-    await asyncio.gather(*(client(k) for k in range(concurrency)))
-    return {"requests": len(latencies), "rps": len(latencies) / duration_s, "latencies_ms": latencies,
-            "errors": dict(errors)}
-
-
-def run_sync(coro_fn: Callable[[], Any]):
-    """Run an async function to completion from sync code, even inside Jupyter (whose loop is busy)."""
-    import threading
-
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = asyncio.run(coro_fn())
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    t = threading.Thread(target=target, name="ailab-run-sync")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]

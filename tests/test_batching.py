@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from ailab.batching import (BatcherClosedError, DeadlineExceededError, DynamicBatcher, QueueFullError, closed_loop,
+from ailab.batching import (BatcherClosedError, DeadlineExceededError, DynamicBatcher, QueueFullError,
                             length_bucket, run_sync)
+from ailab.bench import drive_batcher
 
 
 def run(coro):
@@ -291,12 +292,12 @@ def test_batched_model_outputs_equal_one_at_a_time():
     assert mean_bs > 1
 
 
-def test_noop_batcher_throughput_and_closed_loop_helper():
+def test_noop_batcher_throughput_through_the_load_generator():
     async def main():
         b = DynamicBatcher(lambda xs: xs, max_batch_size=64, max_wait_ms=1, max_queue=4096)
-        r = await closed_loop(b, list(range(100)), concurrency=128, duration_s=1.0, warmup_s=0.2)
+        r = await drive_batcher(b, list(range(100)), clients=128, duration_s=1.0, warmup_s=0.2)
         await b.close()
         return r
 
     r = run_sync(main)
-    assert not r["errors"] and r["rps"] > 2000
+    assert r.error_rate == 0 and r.rps > 2000

@@ -78,7 +78,7 @@ def _result(records, elapsed, warmup=0.0, mode="closed"):
     return LoadResult(mode, "http://127.0.0.1:1/x", 4, None, elapsed, warmup, records, elapsed)
 
 
-def test_stats_errors_and_rps_count_only_successes():
+def test_throughput_counts_successes_and_the_tail_counts_failures():
     recs = [(0.1 * i, 0.1 * i, float(i + 1), 200) for i in range(90)]
     recs += [(0.05, 0.05, 1.0, 503)] * 5 + [(0.05, 0.05, 10_000.0, "timeout")] * 5
     r = _result(recs, 10.0)
@@ -86,9 +86,35 @@ def test_stats_errors_and_rps_count_only_successes():
     assert r.errors_by_status == {"503": 5, "timeout": 5}
     assert r.error_rate == pytest.approx(0.10)
     assert r.rps == pytest.approx(9.0)
+    # every measured request counts in the tail at the time it took: 5 % timeouts at 10 s make p99 10 s
+    all_ms = np.r_[np.arange(1, 91), [1.0] * 5, [10_000.0] * 5]
+    assert r.stats.p99_ms == pytest.approx(np.percentile(all_ms, 99)) and r.stats.max_ms == 10_000.0
+    assert r.stats.n == 100
     # numpy is the oracle for the percentiles of the successful latencies 1..90 ms
-    assert r.stats.p99_ms == pytest.approx(np.percentile(np.arange(1, 91), 99))
-    assert r.stats.max_ms == 90.0  # the 10 s timeouts are errors, not latencies
+    assert r.ok_stats.p99_ms == pytest.approx(np.percentile(np.arange(1, 91), 99)) and r.ok_stats.max_ms == 90.0
+
+
+def test_p99_is_not_best_when_things_are_worst():
+    healthy = _result([(0.01 * i, 0.01 * i, 50.0, 200) for i in range(200)], 2.0)
+    # the same run where a third of the requests timed out after 5 s: fewer successes, all of them fast
+    broken = _result([(0.01 * i, 0.01 * i, 5000.0 if i % 3 == 0 else 20.0, 200 if i % 3 else "timeout")
+                      for i in range(200)], 2.0)
+    assert broken.stats.p99_ms > healthy.stats.p99_ms
+
+
+def test_p99_is_reported_only_above_a_minimum_sample_count():
+    few = _result([(0.1 * i, 0.1 * i, 5.0, 200) for i in range(bench.MIN_SAMPLES_FOR_P99 - 1)], 10.0)
+    enough = _result([(0.01 * i, 0.01 * i, 5.0, 200) for i in range(bench.MIN_SAMPLES_FOR_P99)], 10.0)
+    assert few.summary()["p99_ms"] is None and not few.summary()["p99_reliable"]
+    assert enough.summary()["p99_ms"] == pytest.approx(5.0) and enough.summary()["p99_reliable"]
+
+
+def test_send_lag_flags_an_open_loop_that_fell_behind():
+    on_time = _result([(0.01 * i, 0.01 * i + 0.001, 5.0, 200) for i in range(200)], 2.0, mode="open")
+    behind = _result([(0.01 * i, 0.01 * i + 0.05, 55.0, 200) for i in range(200)], 2.0, mode="open")
+    assert on_time.send_lag_p99_ms == pytest.approx(1.0) and not on_time.generator_behind
+    assert behind.send_lag_p99_ms == pytest.approx(50.0) and behind.generator_behind
+    assert behind.summary()["generator_behind"] is True
 
 
 def test_windows_and_stability_rule():
@@ -114,14 +140,25 @@ def test_json_and_csv_round_trip(tmp_path):
     assert len(rows) == 200 and rows[10]["status"] == "500" and rows[9]["status"] == "200" and float(rows[1]["latency_ms"]) == 4.0
 
 
-def test_knee_is_best_throughput_within_slo_not_just_best_throughput():
+def test_best_within_slo_is_not_just_best_throughput():
     def run(clients, rps, lat):
         recs = [(t, t, lat, 200) for t in np.linspace(0, 2, int(rps * 2), endpoint=False)]
         return LoadResult("closed", "http://x/", clients, None, 2.0, 0.0, recs, 2.0)
 
     s = SweepResult(100.0, 0.01, [run(1, 50, 20), run(4, 150, 60), run(16, 180, 300)])
-    assert s.knee["clients"] == 4  # 16 clients give more req/s but break the p99 SLO
-    assert SweepResult(10.0, 0.01, s.results).knee is None
+    assert s.best_within_slo["clients"] == 4  # 16 clients give more req/s but break the p99 SLO
+    assert SweepResult(10.0, 0.01, s.results).best_within_slo is None
+
+
+def test_capacity_knee_is_the_highest_rate_the_server_keeps_up_with():
+    def run(rate, served, lat):
+        recs = [(t, t, lat, 200) for t in np.linspace(0, 2, int(served * 2), endpoint=False)]
+        return LoadResult("open", "http://x/", None, float(rate), 2.0, 0.0, recs, 2.0)
+
+    s = bench.RateSweepResult(500.0, 0.01, 0.95, [run(20, 20, 30), run(40, 40, 60), run(80, 60, 400)])
+    assert s.capacity_knee["offered_rps"] == 40  # at 80/s only 60/s came back: the queue grows
+    assert [p["keeps_up"] for p in s.points()] == [True, True, False]
+    assert bench.RateSweepResult(10.0, 0.01, 0.95, s.results).capacity_knee is None
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -182,14 +219,19 @@ def test_open_loop_sees_a_stall_that_a_closed_loop_hides(server):
     assert r_open.stats.p99_ms > 3 * r_closed.stats.p99_ms
 
 
-def test_sweep_finds_the_knee_on_a_saturating_server(server):
+def test_sweeps_on_a_saturating_server(server):
     url = server(delay_s=0.02, workers=2)
     s = bench.sweep(url, None, concurrencies=[1, 2, 4, 16], slo_p99_ms=70, duration_s=1.2, warmup_s=0.3)
     pts = {p["clients"]: p for p in s.points()}
     assert pts[16]["p99_ms"] > 70 and not pts[16]["within_slo"]  # 16 clients queue ~8 service times
-    assert s.knee is not None and s.knee["clients"] in (2, 4)
-    assert s.knee["rps"] > pts[1]["rps"] * 1.3
+    best = s.best_within_slo
+    assert best is not None and best["clients"] in (2, 4)
+    assert best["rps"] > pts[1]["rps"] * 1.3
     assert s.figure().data  # a plotly figure with traces
+    # by offered rate: capacity is 100 req/s; 40/s is kept up with, 250/s is not
+    rs = bench.rate_sweep(url, None, [40, 250], slo_p99_ms=500, duration_s=1.5, warmup_s=0.3)
+    pts = {p["offered_rps"]: p for p in rs.points()}
+    assert pts[40]["keeps_up"] and not pts[250]["keeps_up"] and rs.capacity_knee["offered_rps"] == 40
 
 
 def test_soak_detects_a_leak(server):
@@ -241,6 +283,7 @@ def test_in_subprocess_returns_the_same_kind_of_result(server):
     r = bench.in_subprocess("open_loop", url, [{"x": 1}], rate_rps=40, duration_s=1.0, warmup_s=0.2, seed=3)
     assert isinstance(r, LoadResult) and r.mode == "open" and r.rate_rps == 40 and r.error_rate == 0
     assert 15 < r.n < 80 and r.stats.p50_ms >= 5
+    assert 0 < r.generator_cpu_s and 0 < r.generator_cpu_share < 2  # the child's own CPU time, reported
     with pytest.raises(BenchTargetError):
         bench.in_subprocess("closed_loop", f"http://127.0.0.1:{_free_port()}/", None, clients=1, duration_s=1)
     with pytest.raises(ValueError, match="kind"):
@@ -248,14 +291,15 @@ def test_in_subprocess_returns_the_same_kind_of_result(server):
 
 
 def test_scale_suite_quick_on_the_real_server():
-    """`ailab bench --quick scale`: the ailab server in a child process, sweep + knee + a short soak (no Ray)."""
+    """`ailab bench --quick scale`: the ailab server in a child process, sweep + best within the SLO + a short soak (no Ray)."""
     from ailab.suites import scale
 
     out = scale.run(quick=True, argv=["--slo-ms", "2000"])
-    for key in ("ailab_rps", "ailab_p99_ms", "ray_rps", "ray_p99_ms", "ratio", "knee_concurrency", "knee_rps",
+    for key in ("ailab_rps", "ailab_p99_ms", "ray_rps", "ray_p99_ms", "ratio", "best_within_slo_clients",
+                "best_within_slo_rps",
                 "soak_rss_slope_mb_per_min", "soak_minutes", "device"):
         assert key in out, key
     assert out["ailab_rps"] > 1 and out["ailab_errors"] == {} and out["ray_rps"] is None
-    assert out["knee_concurrency"] in (1, 8) and out["knee_rps"] > 0
+    assert out["best_within_slo_clients"] in (1, 8) and out["best_within_slo_rps"] > 0
     assert out["soak_minutes"] == pytest.approx(0.1) and abs(out["soak_rss_slope_mb_per_min"]) < 1000
     assert json.dumps(out)

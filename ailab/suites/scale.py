@@ -1,4 +1,4 @@
-"""`ailab bench scale`: ailab.server vs Ray Serve on one machine, then a sweep with knee and a soak.
+"""`ailab bench scale`: ailab.server vs Ray Serve on one machine, then a concurrency sweep and a soak.
 
 Both servers run the same predictor (MiniLM sentiment, torch FP32, ailab.server.sentiment_predictor),
 batch up to 32 texts waiting at most 10 ms, and get the same closed-loop load from ailab.bench
@@ -8,7 +8,7 @@ batch up to 32 texts waiting at most 10 ms, and get the same closed-loop load fr
   ray     Ray Serve: one replica, @serve.batch(32, 10 ms), max_ongoing_requests=64,
           max_queued_requests back-pressure, HTTP on 127.0.0.1 only
 
-Then ailab.server alone: a concurrency sweep (knee = best req/s with p99 within --slo-ms) and a soak
+Then ailab.server alone: a concurrency sweep (the best req/s with p99 within --slo-ms) and a soak
 (--soak-minutes) sampling the server process's RSS (slope in MB/min).
 
     ailab bench --json scale                       # full run (~3 min + a 1-minute soak)
@@ -169,7 +169,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="ailab bench scale")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--duration", type=float, default=None, help="measured seconds per server, over all rounds (default 15, quick 3)")
-    p.add_argument("--slo-ms", type=float, default=500.0, help="p99 bound for the knee (ms)")
+    p.add_argument("--slo-ms", type=float, default=500.0, help="p99 bound for the best throughput within the SLO (ms)")
     p.add_argument("--sweep", default=None, help="comma-separated concurrencies (default 1,2,4,8,16,32)")
     p.add_argument("--soak-minutes", type=float, default=None, help="soak length in minutes (default 1, quick 0.1)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Serve comparison")
@@ -231,9 +231,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         # Ray is gone: the sweep and the soak see only the ailab server.
         sw = bench.sweep(url, payloads, sweep_c, slo_p99_ms=args.slo_ms, duration_s=1.5 if quick else 4.0,
                          warmup_s=0.5 if quick else 1.0)
-        knee = sw.knee or {}
-        out.update(slo_p99_ms=args.slo_ms, knee_concurrency=knee.get("clients"), knee_rps=knee.get("rps"),
-                   knee_p99_ms=knee.get("p99_ms"),
+        best = sw.best_within_slo or {}
+        out.update(slo_p99_ms=args.slo_ms, best_within_slo_clients=best.get("clients"),
+                   best_within_slo_rps=best.get("rps"), best_within_slo_p99_ms=best.get("p99_ms"),
                    sweep=[{k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()} for p in sw.points()])
         sk = bench.soak(url, payloads, duration_s=soak_min * 60, clients=8, pid=srv.pid,
                         sample_every_s=max(1.0, soak_min * 60 / 30), warmup_s=1.0 if quick else 2.0,

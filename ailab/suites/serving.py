@@ -8,16 +8,15 @@ Everything is measured in one run, on the same texts, the same engine and the sa
   naive         a plain FastAPI `def` endpoint that runs the model per request (threadpool, no batcher)
   batcher_noop  the batcher alone, in-process, with a no-op model (its own overhead ceiling)
 
-The HTTP clients run in a separate process (`python -m ailab.suites.serving --client`), so their JSON
-and socket work does not share the server's GIL; they still share the 2 CPU cores, as a sidecar would.
-The load generator here is a minimal closed loop (httpx.AsyncClient, one task per client).
+The HTTP clients are the course's one load generator (ailab.bench) in a child process, so their socket
+work does not share the server's GIL; they still share the 2 CPU cores, as a sidecar would, and the
+report says how much CPU the generator itself took.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -28,98 +27,6 @@ from pydantic import BaseModel
 
 class NaiveBody(BaseModel):
     inputs: str | list[str]
-
-
-# ----------------------------------------------------------------------------- load generation
-
-async def _post(reader, writer, head: bytes, body: bytes) -> int:
-    """One HTTP/1.1 keep-alive POST on an open connection; returns the status code."""
-    writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    header = await reader.readuntil(b"\r\n\r\n")
-    status = int(header[9:12])
-    length = 0
-    for line in header.split(b"\r\n")[1:]:
-        if line[:15].lower() == b"content-length:":
-            length = int(line[15:])
-    if length:
-        await reader.readexactly(length)
-    if b"connection: close" in header.lower():
-        raise ConnectionResetError("server closed the connection")
-    return status
-
-
-async def closed_loop_http(url: str, texts: list[str], concurrency: int = 32, duration_s: float = 10.0,
-                           warmup_s: float = 2.0, timeout_s: float = 30.0, headers: dict | None = None) -> dict:
-    """`concurrency` clients, each POSTing its next text as soon as the last answer arrives.
-
-    A deliberately lean client (raw asyncio streams, keep-alive, pre-encoded bodies): on a 2-core machine
-    the load generator shares the CPU with the server, and a heavy client would measure itself.
-    Only answers that arrive inside the measurement window count.
-    """
-    from urllib.parse import urlsplit
-
-    if concurrency < 1 or duration_s <= 0 or not texts:
-        raise ValueError("closed_loop_http needs concurrency >= 1, duration_s > 0 and at least one text")
-    parts = urlsplit(url)
-    host, port, path = parts.hostname, parts.port or 80, parts.path or "/"
-    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{extra}").encode()
-    bodies = [json.dumps({"inputs": t}).encode() for t in texts]
-    latencies, statuses = [], {}
-    start = time.monotonic()
-    measure_from, stop_at = start + warmup_s, start + warmup_s + duration_s
-
-    async def one_client(k: int):
-        i, conn = k, None
-        while time.monotonic() < stop_at:
-            t0 = time.monotonic()
-            try:
-                if conn is None:
-                    conn = await asyncio.open_connection(host, port)
-                code = await asyncio.wait_for(_post(*conn, head, bodies[i % len(bodies)]), timeout_s)
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
-                code = type(e).__name__
-                if conn is not None:
-                    conn[1].close()
-                conn = None
-            t1 = time.monotonic()
-            if measure_from <= t1 < stop_at:       # answers that came back inside the window
-                statuses[str(code)] = statuses.get(str(code), 0) + 1
-                if code == 200:
-                    latencies.append((t1 - t0) * 1e3)
-            i += concurrency
-        if conn is not None:
-            conn[1].close()
-
-    await asyncio.gather(*(one_client(k) for k in range(concurrency)))
-    lat = np.asarray(latencies) if latencies else np.asarray([np.nan])
-    return {"ok": len(latencies), "rps": len(latencies) / duration_s, "statuses": statuses,
-            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-            "latencies_ms": latencies}
-
-
-def closed_loop_http_subprocess(url: str, texts: list[str], concurrency: int = 32, duration_s: float = 10.0,
-                                warmup_s: float = 2.0, headers: dict | None = None) -> dict:
-    """closed_loop_http in a child Python process (its own GIL), result returned as a dict."""
-    spec = {"url": url, "texts": texts, "concurrency": concurrency, "duration_s": duration_s,
-            "warmup_s": warmup_s, "headers": headers}
-    proc = subprocess.run([sys.executable, "-m", "ailab.suites.serving", "--client"], input=json.dumps(spec),
-                          capture_output=True, text=True, timeout=warmup_s + duration_s + 120)
-    if proc.returncode != 0:
-        raise RuntimeError(f"load client failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout)
-
-
-def _client_main() -> None:
-    spec = json.loads(sys.stdin.read())
-    url = spec.pop("url")
-    try:
-        import uvloop  # the same event loop uvicorn uses; cheaper per request than asyncio's default
-
-        uvloop.install()
-    except ImportError:
-        pass
-    print(json.dumps(asyncio.run(closed_loop_http(url, **spec))))
 
 
 # ----------------------------------------------------------------------------- what is measured
@@ -180,8 +87,8 @@ def batch_sweep(predictor, texts: list[str], sizes=(1, 2, 4, 8, 16, 32), seconds
 def batcher_run(predictor, texts: list[str], max_batch_size: int, max_wait_ms: float, concurrency: int = 32,
                 seconds: float = 2.0, warmup_s: float = 0.5, bucket_fn=None, threads: int | None = None) -> dict:
     """Real concurrent requests (in-process clients) through a DynamicBatcher over `predictor`."""
-    from ailab.batching import DynamicBatcher, closed_loop, run_sync
-    from ailab.timing import latency_stats
+    from ailab.batching import DynamicBatcher, run_sync
+    from ailab.bench import drive_batcher
 
     def init():
         if threads:
@@ -192,15 +99,15 @@ def batcher_run(predictor, texts: list[str], max_batch_size: int, max_wait_ms: f
     async def main():
         b = DynamicBatcher(predictor, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
                            max_queue=max(1024, 4 * concurrency), bucket_fn=bucket_fn, worker_init=init)
-        r = await closed_loop(b, texts, concurrency, seconds, warmup_s)
+        r = await drive_batcher(b, texts, concurrency, seconds, warmup_s)
         await b.close()
         return r, b.stats.as_dict()
 
     r, st = run_sync(main)
-    lat = latency_stats(r["latencies_ms"])
+    lat = r.stats
     return {"max_batch_size": max_batch_size, "max_wait_ms": max_wait_ms, "concurrency": concurrency,
-            "rps": r["rps"], "p50_ms": lat.p50_ms, "p99_ms": lat.p99_ms, "mean_batch_size": st["mean_batch_size"],
-            "compute_p50_ms": st["compute_p50_ms"], "errors": r["errors"]}
+            "rps": r.rps, "p50_ms": lat.p50_ms, "p99_ms": lat.p99_ms, "mean_batch_size": st["mean_batch_size"],
+            "compute_p50_ms": st["compute_p50_ms"], "errors": r.errors_by_status}
 
 
 def batcher_grid(predictor, texts, waits_ms=(0, 5, 20), batch_sizes=(1, 8, 32), concurrency: int = 32,
@@ -337,25 +244,30 @@ def naive_app(predictor):
 
 
 def batcher_noop_rps(seconds: float = 2.0, max_batch_size: int = 32, concurrency: int = 256) -> float:
-    from ailab.batching import DynamicBatcher, closed_loop, run_sync
+    from ailab.batching import DynamicBatcher, run_sync
+    from ailab.bench import drive_batcher
 
     async def main():
         b = DynamicBatcher(lambda xs: xs, max_batch_size=max_batch_size, max_wait_ms=2, max_queue=4 * concurrency)
-        r = await closed_loop(b, list(range(1000)), concurrency, seconds, warmup_s=0.3)
+        r = await drive_batcher(b, list(range(1000)), concurrency, seconds, warmup_s=0.3)
         await b.close()
-        return r["rps"]
+        return r.rps
 
     return run_sync(main)
 
 
-def _pool(windows: list[dict], seconds: float) -> dict:
-    lat = [x for w in windows for x in w["latencies_ms"]] or [float("nan")]
+def _pool(windows: list, seconds: float) -> dict:
+    """The rounds of one server as one result: every measured request, failures at the time they took."""
+    lat = [r.latency_ms for w in windows for r in w.records] or [float("nan")]
     statuses: dict = {}
     for w in windows:
-        for k, v in w["statuses"].items():
-            statuses[k] = statuses.get(k, 0) + v
-    return {"rps": sum(w["ok"] for w in windows) / seconds, "p50_ms": float(np.percentile(lat, 50)),
-            "p99_ms": float(np.percentile(lat, 99)), "statuses": statuses}
+        for k, v in w.statuses.items():
+            statuses[str(k)] = statuses.get(str(k), 0) + v
+    cpu = sum(w.generator_cpu_s or 0.0 for w in windows)
+    wall = sum(w.warmup_s + w.elapsed_s for w in windows)
+    return {"rps": sum(w.n_ok for w in windows) / sum(w.elapsed_s for w in windows),
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "statuses": statuses, "generator_cpu_share": cpu / wall if wall else float("nan")}
 
 
 def run(quick: bool = False, argv: list[str] | None = None) -> dict:
@@ -363,6 +275,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     the same window. Load from other processes on a shared machine then hits all of them alike."""
     import torch
 
+    from ailab.bench import in_subprocess
     from ailab.device import describe_hardware
     from ailab.models import sentiment_classifier
     from ailab.server import create_app, sentiment_predictor, start_in_thread
@@ -381,6 +294,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     t_start = time.perf_counter()
     threads = max(1, torch.get_num_threads())
     texts = bench_texts()
+    payloads = [{"inputs": t} for t in texts]
     predictor = sentiment_predictor(args.engine, trained=sentiment_classifier(), threads=threads)
     torch.set_num_threads(threads)
 
@@ -399,8 +313,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
             alone_rounds.append(model_alone(predictor, texts, args.max_batch_size, seconds=1.5 if quick else 4.0))
             for k, h in handles.items():
                 busy0, t0 = batcher.stats.busy_s, time.monotonic()
-                windows[k].append(closed_loop_http_subprocess(h.url + "/v1/predict", texts, args.clients,
-                                                              window, warmup))
+                windows[k].append(in_subprocess("closed_loop", h.url + "/v1/predict", payloads,
+                                                clients=args.clients, duration_s=window, warmup_s=warmup,
+                                                timeout_s=30.0))
                 if k == "batched":   # share of the batched server's window its worker spent computing
                     busy, wall = busy + batcher.stats.busy_s - busy0, wall + time.monotonic() - t0
         bstats = batcher.stats.as_dict()
@@ -429,6 +344,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         "worker_utilization": busy / wall if wall else float("nan"),
         "batcher_noop_rps": noop,
         "non_200": {k: sum(v for s, v in r["statuses"].items() if s != "200") for k, r in res.items()},
+        "load_generator": "ailab.bench closed loop in a child process (raw asyncio HTTP/1.1, uvloop)",
+        "generator_cpu_share": {k: round(r["generator_cpu_share"], 3) for k, r in res.items()},
         "clients": args.clients, "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
         "seconds_per_server": total, "rounds": rounds, "engine": args.engine, "torch_threads": threads,
         "device": describe_hardware().one_line(), "wall_s": time.perf_counter() - t_start,
@@ -436,7 +353,4 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    if "--client" in sys.argv:
-        _client_main()
-    else:
-        print(json.dumps(run(quick="--quick" in sys.argv)))
+    print(json.dumps(run(quick="--quick" in sys.argv)))

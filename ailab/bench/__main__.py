@@ -1,0 +1,3 @@
+from ailab.bench.child import child_main
+
+child_main()

@@ -1,0 +1,112 @@
+"""Sweeps: a closed loop at rising concurrency (the best throughput within an SLO), and an open loop at
+rising offered rates (the capacity knee: the highest rate the server keeps up with).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ailab.bench.loops import closed_loop, open_loop
+from ailab.bench.records import LoadResult
+
+
+@dataclass
+class SweepResult:
+    slo_p99_ms: float
+    max_error_rate: float
+    results: list[LoadResult]
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return [r.clients for r in self.results]
+
+    def points(self) -> list[dict]:
+        out = []
+        for r in self.results:
+            p99 = r.stats.p99_ms if r.n_ok else math.inf   # failures count in the tail
+            ok = p99 <= self.slo_p99_ms and r.error_rate <= self.max_error_rate
+            out.append({"clients": r.clients, "rps": r.rps, "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
+                        "p99_ms": p99, "error_rate": r.error_rate, "within_slo": ok})
+        return out
+
+    @property
+    def best_within_slo(self) -> dict | None:
+        """The point with the highest throughput whose p99 (and error rate) stays within the SLO.
+
+        Not a knee: a closed loop cannot offer more than its clients ask for. The capacity knee comes from
+        an open-loop sweep by rate (`rate_sweep`)."""
+        good = [p for p in self.points() if p["within_slo"]]
+        return max(good, key=lambda p: p["rps"]) if good else None
+
+    def figure(self):
+        from ailab.viz import line_chart
+        import plotly.graph_objects as go
+
+        pts = self.points()
+        fig = line_chart([p["clients"] for p in pts], {"p99 ms": [p["p99_ms"] for p in pts],
+                                                        "p50 ms": [p["p50_ms"] for p in pts]},
+                         "Concurrency sweep: latency rises once the server saturates", "concurrent clients",
+                         "latency (ms)", log_x=True)
+        fig.add_trace(go.Scatter(x=[p["clients"] for p in pts], y=[p["rps"] for p in pts], name="req/s",
+                                 yaxis="y2", mode="lines+markers", line={"dash": "dot"}))
+        fig.add_hline(y=self.slo_p99_ms, line_dash="dash", annotation_text=f"SLO p99 {self.slo_p99_ms:g} ms")
+        fig.update_layout(yaxis2={"title": "req/s", "overlaying": "y", "side": "right"})
+        if self.best_within_slo:
+            fig.add_vline(x=self.best_within_slo["clients"], line_dash="dot", annotation_text="best within SLO")
+        return fig
+
+
+def sweep(url: str, payloads: Sequence | None, concurrencies: Sequence[int] = (1, 2, 4, 8, 16, 32),
+          slo_p99_ms: float = 200.0, duration_s: float = 5.0, warmup_s: float = 1.0,
+          max_error_rate: float = 0.01, progress: bool | None = None, **kw) -> SweepResult:
+    """A closed loop at each concurrency; `.best_within_slo` is the best throughput that still meets the SLO."""
+    if not concurrencies or any(not isinstance(c, int) or c < 1 for c in concurrencies):
+        raise ValueError(f"concurrencies must be whole numbers >= 1 (got {concurrencies!r})")
+    results = []
+    steps = list(concurrencies)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="sweep")
+    for c in steps:
+        results.append(closed_loop(url, payloads, c, duration_s, warmup_s, progress=False, **kw))
+    return SweepResult(float(slo_p99_ms), float(max_error_rate), results)
+
+
+# --------------------------------------------------------------------------- by offered rate (open loop)
+
+@dataclass
+class RateSweepResult:
+    slo_p99_ms: float
+    max_error_rate: float
+    keep_up: float               # goodput / offered rate below which the server has fallen behind
+    results: list[LoadResult]
+
+    def points(self) -> list[dict]:
+        out = []
+        for r in self.results:
+            p99 = r.stats.p99_ms if r.n_ok else math.inf
+            kept = r.rps >= self.keep_up * r.rate_rps and r.error_rate <= self.max_error_rate
+            out.append({"offered_rps": r.rate_rps, "rps": r.rps, "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
+                        "p99_ms": p99, "error_rate": r.error_rate, "send_lag_p99_ms": r.send_lag_p99_ms,
+                        "generator_behind": r.generator_behind, "keeps_up": kept,
+                        "within_slo": kept and p99 <= self.slo_p99_ms})
+        return out
+
+    @property
+    def capacity_knee(self) -> dict | None:
+        """The highest offered rate the server kept up with (goodput >= keep_up x offered, errors within
+        bound) while its p99 stayed within the SLO: past it, the queue grows for as long as the load lasts."""
+        good = [p for p in self.points() if p["within_slo"]]
+        return max(good, key=lambda p: p["offered_rps"]) if good else None
+
+
+def rate_sweep(url: str, payloads: Sequence | None, rates_rps: Sequence[float], slo_p99_ms: float = 200.0,
+               duration_s: float = 5.0, warmup_s: float = 1.0, max_error_rate: float = 0.01, keep_up: float = 0.95,
+               **kw) -> RateSweepResult:
+    """An open loop at each offered rate, lowest first; `.capacity_knee` is where the server stops keeping up."""
+    if not rates_rps or any(not (isinstance(r, (int, float)) and r > 0) for r in rates_rps):
+        raise ValueError(f"rates_rps must be positive numbers of requests per second (got {rates_rps!r})")
+    results = [open_loop(url, payloads, float(r), duration_s, warmup_s, progress=False, **kw) for r in sorted(rates_rps)]
+    return RateSweepResult(float(slo_p99_ms), float(max_error_rate), float(keep_up), results)
