@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 
 NBVAL := $(BIN)/pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider
 
-.PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean
+.PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check
 
 ## setup: create .venv if missing and install the pinned package, its tools and the offline data
 setup: $(STAMP)
@@ -67,6 +67,23 @@ test-notebooks: setup
 test-gpu: setup
 	AILAB_REQUIRE_GPU=1 $(BIN)/python -c "import ailab.device as d; d.require_gpu(); print(d.describe_hardware().one_line())"
 	AILAB_REQUIRE_GPU=1 $(MAKE) test
+
+## gpu-wheels: the small wheels scripts/gpu_check.sh brings to a CUDA machine (Python 3.12, its own torch, no
+## registry): pinned as in pyproject.toml, into build/gpu-wheels (carry it: ["build/gpu-wheels"])
+GPU_WHEELS := build/gpu-wheels
+GPU_WHEELS_PY := 3.12
+gpu-wheels: setup
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version $(GPU_WHEELS_PY) --implementation cp --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 \
+	  --platform manylinux2010_x86_64 -d $(GPU_WHEELS) $$($(BIN)/python scripts/gpu_check.py --wheel-specs)
+	echo $(GPU_WHEELS_PY) > $(GPU_WHEELS)/PYTHON_VERSION
+	@ls -l $(GPU_WHEELS)/*.whl | awk '{printf "  %7.2f MiB  %s\n", $$5/1048576, $$9; t+=$$5} END {printf "gpu-wheels: %d wheels, %.1f MiB in all (the carry limit is 64 MiB)\n", NR, t/1048576; if (t > 60*1048576) exit 1}'
+
+## gpu-check: scripts/gpu_check.sh here (on CPU the CUDA-only sections are reported as skipped); JSON in build/
+gpu-check: setup
+	PY=$(BIN)/python bash scripts/gpu_check.sh
 
 ## test-ui: the tour as a learner sees it, in headless Chromium (needs Debian's chromium)
 test-ui: setup
