@@ -70,8 +70,39 @@ def cmd_labs(args) -> int:
     return 0 if report.ok else 1
 
 
+def _bench_help(suite: str | None) -> int:
+    """`ailab bench --help` lists the suites; `ailab bench SUITE --help` shows that suite's own options."""
+    if suite is None:
+        print("usage: ailab bench SUITE [--json] [--quick] [SUITE OPTIONS]\n\nsuites:")
+        for name in _suites():
+            doc = (importlib.import_module(f"ailab.suites.{name}").__doc__ or "").strip().splitlines()
+            print(f"  {name:<10} {doc[0] if doc else ''}")
+        print("\n`ailab bench SUITE --help` shows a suite's own options.")
+        return 0
+    module = importlib.import_module(f"ailab.suites.{suite}")
+    print(f"usage: ailab bench {suite} [--json] [--quick] [OPTIONS]\n\n{(module.__doc__ or '').strip()}\n")
+    import inspect
+
+    if "argparse" not in inspect.getsource(module):
+        print("(this suite has no options of its own)")
+        return 0
+    try:
+        module.run(argv=["--help"])     # a suite with options prints them (argparse) and exits 0
+    except SystemExit as e:
+        return 0 if e.code in (0, None) else int(e.code) if isinstance(e.code, int) else 2
+    return 0
+
+
 def cmd_bench(args) -> int:
     suites = _suites()
+    if args.help or "-h" in args.rest or "--help" in args.rest:
+        if args.suite is not None and args.suite not in suites:
+            print(f"error: unknown benchmark suite {args.suite!r}; available: {', '.join(suites)}", file=sys.stderr)
+            return 2
+        return _bench_help(args.suite)
+    if args.suite is None:
+        print(f"error: name a benchmark suite: {', '.join(suites)} (`ailab bench --help`)", file=sys.stderr)
+        return 2
     if args.suite not in suites:
         print(f"error: unknown benchmark suite {args.suite!r}; available: {', '.join(suites)}", file=sys.stderr)
         return 2
@@ -119,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--solutions", default="solutions")
     labs.set_defaults(func=cmd_labs)
 
-    be = sub.add_parser("bench", help="run a benchmark suite: " + ", ".join(_suites()))
-    be.add_argument("suite")
+    be = sub.add_parser("bench", help="run a benchmark suite: " + ", ".join(_suites()), add_help=False)
+    be.add_argument("suite", nargs="?")
+    be.add_argument("-h", "--help", action="store_true", help="the suites, or one suite's own options")
     be.add_argument("--json", action="store_true", help="print one JSON object")
     be.add_argument("--quick", action="store_true", help="a shorter run (for tests)")
     be.set_defaults(func=cmd_bench)

@@ -295,7 +295,7 @@ def test_scale_suite_quick_on_the_real_server():
     from ailab.suites import scale
 
     out = scale.run(quick=True, argv=["--slo-ms", "2000"])
-    for key in ("ailab_rps", "ailab_p99_ms", "ray_rps", "ray_p99_ms", "ratio", "best_within_slo_clients",
+    for key in ("ailab_rps", "ailab_p99_ms", "ray_rps", "ray_p99_ms", "ratio", "best_within_slo_clients", "load_generator",
                 "best_within_slo_rps",
                 "soak_rss_slope_mb_per_min", "soak_minutes", "device"):
         assert key in out, key

@@ -27,3 +27,15 @@ def test_unknown_suite_lists_the_real_ones(capsys):
 def test_entry_point_is_installed():
     out = subprocess.run([sys.executable, "-m", "ailab.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "doctor" in out.stdout
+
+
+def test_bench_help_lists_suites_and_shows_a_suites_own_options(capsys):
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("engine", "http", "memory", "scale", "serving"))
+    assert main(["bench", "http", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--clients" in out and "--rate" in out and "--body" in out  # the suite's own options
+    assert main(["bench", "memory", "--help"]) == 0                      # prints, never runs the benchmark
+    assert "no options of its own" in capsys.readouterr().out
+    assert main(["bench"]) == 2 and "name a benchmark suite" in capsys.readouterr().err

@@ -48,8 +48,9 @@ def test_bench_serving_short_run_reports_every_figure():
     out = serving.run(quick=True, argv=["--seconds", "1.5", "--rounds", "1", "--clients", "8"])
     for key in ("batched_rps", "batched_p50_ms", "batched_p99_ms", "unbatched_rps", "unbatched_p99_ms", "naive_rps",
                 "naive_p99_ms", "batching_gain", "batcher_noop_rps", "batching_ceiling", "model_items_per_s",
-                "server_efficiency", "mean_batch_size", "engine", "device"):
+                "server_efficiency", "mean_batch_size", "engine", "device", "load_generator", "generator_cpu_share"):
         assert key in out, key
+    assert all(0 < share < 2 for share in out["generator_cpu_share"].values())  # the generator's own CPU, measured
     assert out["non_200"] == {"batched": 0, "unbatched": 0, "naive": 0}
     assert out["batched_rps"] > 0 and out["unbatched_rps"] > 0 and out["naive_rps"] > 0
     assert out["batching_gain"] == out["batched_rps"] / out["unbatched_rps"]

@@ -189,7 +189,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     sweep_c = [int(c) for c in args.sweep.split(",")] if args.sweep else ([1, 8] if quick else [1, 2, 4, 8, 16, 32])
     payloads = [{"inputs": t} for t in _texts()]
     out: dict = {"device": describe_hardware().one_line(), "clients": args.clients, "duration_s": duration,
-                 "ray_rps": None, "ray_p99_ms": None, "ratio": None}  # stay None when Ray is skipped
+                 "ray_rps": None, "ray_p99_ms": None, "ratio": None,  # stay None when Ray is skipped
+                 "load_generator": "ailab.bench closed loop in this process (raw asyncio HTTP/1.1); "
+                                   "the servers run in their own processes"}
 
     rounds = 1 if quick else max(1, args.rounds)
     with stdout_to_stderr(), start_ailab_server(["--max-batch-size", "32", "--max-wait-ms", "10",
