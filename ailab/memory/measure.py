@@ -21,7 +21,11 @@ from ailab.memory.tracker import MemoryTracker, trim_malloc
 
 
 def _allocations(prof) -> list[tuple[int, int]]:
-    """(time_ns, +bytes | -bytes) for every CPU allocation event in a finished profile."""
+    """(time_ns, +bytes | -bytes) for every CPU allocation event in a finished profile.
+
+    The one place ailab touches a private torch API (the profiler's event tree): a torch upgrade that
+    moves it makes this raise ImportError or AttributeError, and cpu_peak_bytes() falls back to RSS.
+    """
     from torch._C._profiler import _EventType
 
     out, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
@@ -34,13 +38,25 @@ def _allocations(prof) -> list[tuple[int, int]]:
 
 
 def cpu_peak_bytes(fn: Callable[[], object]) -> int:
-    """Peak bytes held by CPU tensors allocated while `fn()` runs (0 = nothing new was held)."""
+    """Peak bytes held by CPU tensors allocated while `fn()` runs (0 = nothing new was held).
+
+    Exact from the profiler's allocation events; if this torch no longer exposes them, the RSS peak
+    above a trimmed baseline instead (page-granular and noisy, but public API), with a warning.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
+    try:
+        events = _allocations(prof)
+    except (ImportError, AttributeError) as e:
+        import warnings
+
+        warnings.warn(f"torch's profiler event tree is not available ({type(e).__name__}: {e}); measuring the "
+                      "CPU peak from RSS instead, which is coarser", RuntimeWarning, stacklevel=2)
+        return max(0, rss_peak_delta(fn))
     held = peak = 0
-    for _, delta in _allocations(prof):
+    for _, delta in events:
         held += delta
         peak = max(peak, held)
     return peak
