@@ -22,8 +22,10 @@ import torch
 from torch import nn
 
 from ailab.device import bf16_supported, fp16_supported, pick_device
+from ailab.memory.estimate import param_bytes
 from ailab.engine import InputSpec, OnnxRunner, Runner, TorchRunner, check_batch
 from ailab.engine.export import quiet_logger
+from ailab.engine.text import int64_inputs
 from ailab.engine.int8 import quantize_dynamic_int8  # noqa: F401 - INT8 dynamic lives in the engine
 from ailab.timing import LatencyStats, interleaved
 
@@ -81,7 +83,7 @@ def model_size_bytes(runner: Runner) -> int:
     if isinstance(runner, OnnxRunner):
         return runner.size_bytes
     if isinstance(runner, TorchRunner):
-        return sum(t.numel() * t.element_size() for t in list(runner.model.parameters()) + list(runner.model.buffers()))
+        return param_bytes(runner.model)
     raise TypeError(f"cannot size a {type(runner).__name__}")
 
 
@@ -331,7 +333,7 @@ def text_inputs(tokenizer, texts: Sequence[str], max_length: int = 64) -> dict[s
     if not len(texts):
         raise ValueError("text_inputs() got no texts")
     enc = tokenizer(list(texts), padding="max_length", truncation=True, max_length=max_length, return_tensors="np")
-    return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
+    return int64_inputs(enc)
 
 
 # ----------------------------------------------------------------------------- the precision explorer's callback

@@ -67,6 +67,13 @@ class TextPrediction:
     timings: StageTimings
 
 
+def int64_inputs(enc) -> dict[str, np.ndarray]:
+    """A tokenizer's numpy output as the int64 `input_ids`/`attention_mask` every runner expects: (B, T) each.
+    (Tokenizers give int32 or int64 depending on the backend; the exported graphs take int64.)"""
+    return {"input_ids": np.asarray(enc["input_ids"]).astype(np.int64),
+            "attention_mask": np.asarray(enc["attention_mask"]).astype(np.int64)}
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)  # subtract the max: exp() cannot overflow
     e = np.exp(z)
@@ -95,7 +102,7 @@ class TextClassifierRunner:
         if bad:
             raise TypeError(f"texts must all be str; item {bad[0]} is {type(texts[bad[0]]).__name__}")
         enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
-        return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
+        return int64_inputs(enc)
 
     def predict(self, texts: Sequence[str]) -> TextPrediction:
         t0 = time.perf_counter()

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ailab.engine.text import softmax
+from ailab.engine.text import int64_inputs, softmax
+from ailab.memory.estimate import param_bytes
 
 
 class InputTooLongError(ValueError):
@@ -59,9 +60,7 @@ class TextClassifierPredictor:
     def tokenize(self, texts: list[str]) -> tuple[dict[str, np.ndarray], list[bool]]:
         enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
         truncated = [bool(e.overflowing) for e in enc.encodings]  # fast tokenizer keeps what it cut off
-        batch = {"input_ids": enc["input_ids"].astype(np.int64),             # (B, T)
-                 "attention_mask": enc["attention_mask"].astype(np.int64)}   # (B, T)
-        return batch, truncated
+        return int64_inputs(enc), truncated                        # (B, T) int64 each
 
     def __call__(self, texts: list[str]) -> list:
         batch, truncated = self.tokenize(list(texts))
@@ -102,10 +101,6 @@ class TextClassifierPredictor:
                 raise RuntimeError(f"{self.name}: self-test probabilities look wrong: {r['probs']}")
 
 
-def _n_bytes(model: nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
-
-
 def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncate") -> TextClassifierPredictor:
     """A ~1.5 M-parameter random BERT + linear head: loads in well under a second, for fast tests."""
     from ailab.models import SentimentClassifier, tiny_bert
@@ -116,7 +111,7 @@ def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncat
     model = SentimentClassifier(enc.model, nn.Linear(enc.model.config.hidden_size, 2)).eval()
     return TextClassifierPredictor(torch_forward(model), enc.tokenizer, ["negative", "positive"],
                                    f"tiny-seed{seed}", state_sha256(model), max_length, too_long, "torch",
-                                   _n_bytes(model), time.perf_counter() - t0)
+                                   param_bytes(model), time.perf_counter() - t0)
 
 
 def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: str = "truncate",
@@ -130,7 +125,7 @@ def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: s
     trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
     model = trained.model.eval()
     if engine == "torch":
-        forward, sha, n_bytes = torch_forward(model), state_sha256(model), _n_bytes(model)
+        forward, sha, n_bytes = torch_forward(model), state_sha256(model), param_bytes(model)
     else:
         from ailab.data import sha256_of
         from ailab.engine import sentiment_runner  # ONNX export and INT8 live in the engine layer
