@@ -93,19 +93,42 @@ class Snapshot:
     rss_bytes: float = math.nan
 
 
-def parse_exposition(text: str, t: float | None = None) -> Snapshot:
-    """Read the Prometheus text format (what /metrics returns) into a Snapshot."""
+def samples(text: str):
+    """Every sample (name, labels, value) of a Prometheus text exposition: the one parser the course uses."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    buckets, requests, rss = {}, {}, math.nan
     for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == LATENCY_METRIC + "_bucket":
-                buckets[float(s.labels["le"])] = s.value
-            elif s.name == REQUESTS_METRIC + "_total":
-                requests[s.labels.get("status", "")] = s.value
-            elif s.name == RSS_METRIC:
-                rss = s.value
+        yield from fam.samples
+
+
+def read_metrics(text: str) -> dict:
+    """Prometheus text -> {sample name + labels: value}, e.g. 'ailab_requests_total{status="200"}'."""
+    out = {}
+    for s in samples(text):
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+    return out
+
+
+def histogram_from_metrics(metrics: dict, name: str) -> tuple[list[float], list[float]]:
+    """(upper bounds, count per bucket - not cumulative) of a Prometheus histogram read by read_metrics."""
+    cum = sorted(((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items()
+                  if k.startswith(name + "_bucket")), key=lambda kv: kv[0])
+    bounds = [b for b, _ in cum]
+    counts = [v - (cum[i - 1][1] if i else 0) for i, (_, v) in enumerate(cum)]
+    return bounds, counts
+
+
+def parse_exposition(text: str, t: float | None = None) -> Snapshot:
+    """Read the Prometheus text format (what /metrics returns) into a Snapshot."""
+    buckets, requests, rss = {}, {}, math.nan
+    for s in samples(text):
+        if s.name == LATENCY_METRIC + "_bucket":
+            buckets[float(s.labels["le"])] = s.value
+        elif s.name == REQUESTS_METRIC + "_total":
+            requests[s.labels.get("status", "")] = s.value
+        elif s.name == RSS_METRIC:
+            rss = s.value
     if not buckets:
         raise ValueError(f"no {LATENCY_METRIC} histogram in the metrics: is this an ailab server's /metrics?")
     return Snapshot(time.time() if t is None else t, buckets, requests, rss)

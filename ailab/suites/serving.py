@@ -24,6 +24,8 @@ import time
 import numpy as np
 from pydantic import BaseModel
 
+from ailab.monitoring import histogram_from_metrics, read_metrics  # noqa: F401 - the notebooks read them here
+
 
 class NaiveBody(BaseModel):
     inputs: str | list[str]
@@ -192,27 +194,6 @@ def bucketing_run(predictor, texts: list[str], bucket_tokens: int | None, max_ba
     return {"bucket_tokens": bucket_tokens, "seconds": seconds, "texts_per_s": len(texts) / seconds,
             "padding_waste": counter.waste, "token_slots": counter.slots, "real_tokens": counter.real,
             "batches": st["batches"], "mean_batch_size": st["mean_batch_size"]}
-
-
-def read_metrics(text: str) -> dict:
-    """Prometheus text -> {sample name + labels: value}, e.g. 'ailab_requests_total{status="200"}'."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-    return out
-
-
-def histogram_from_metrics(metrics: dict, name: str) -> tuple[list[float], list[float]]:
-    """(upper bounds, count per bucket - not cumulative) of a Prometheus histogram read by read_metrics."""
-    cum = sorted(((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items()
-                  if k.startswith(name + "_bucket")), key=lambda kv: kv[0])
-    bounds = [b for b, _ in cum]
-    counts = [v - (cum[i - 1][1] if i else 0) for i, (_, v) in enumerate(cum)]
-    return bounds, counts
 
 
 def naive_app(predictor):
