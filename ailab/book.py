@@ -40,8 +40,16 @@ def chapters(book: dict):
             yield part, chapter
 
 
+PATH_KEYS = ("notebook", "lab", "solution", "exercise", "exercise_solution")
+
+
 def listed_paths(book: dict) -> set[str]:
-    return {ch[key] for _, ch in chapters(book) for key in ("notebook", "lab", "solution") if ch.get(key)}
+    return {ch[key] for _, ch in chapters(book) for key in PATH_KEYS if ch.get(key)}
+
+
+def ungraded_chapters(book: dict) -> list[str]:
+    """Chapters with neither a lab nor an exercise: every chapter should give the learner a graded task."""
+    return [ch.get("id", "?") for _, ch in chapters(book) if not (ch.get("lab") or ch.get("exercise"))]
 
 
 def validate(book: dict, root: str | Path = ".") -> list[str]:
@@ -57,12 +65,14 @@ def validate(book: dict, root: str | Path = ".") -> list[str]:
         seen.add(ch.get("id"))
         if bool(ch.get("lab")) != bool(ch.get("solution")):
             problems.append(f"{where}: a lab needs its solution and a solution its lab")
+        if bool(ch.get("exercise")) != bool(ch.get("exercise_solution")):
+            problems.append(f"{where}: an exercise needs its exercise_solution and a solution its exercise")
         if isinstance(ch.get("goals"), list) and not 1 <= len(ch["goals"]) <= 3:
             problems.append(f"{where}: give 1-3 learning goals (got {len(ch['goals'])})")
         for topic in ch.get("topics") or []:
             if topic not in TOPICS:
                 problems.append(f"{where}: unknown topic {topic!r}; topic IDs are those of seeds-topics.md")
-        for key in ("notebook", "lab", "solution"):
+        for key in PATH_KEYS:
             if ch.get(key) and not (root / ch[key]).is_file():
                 problems.append(f"{where}: {key} {ch[key]} does not exist")
     listed = listed_paths(book)
@@ -98,7 +108,7 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
     for part in book["parts"]:
         entries = []
         for ch in part.get("chapters") or []:
-            for key in ("notebook", "lab"):
+            for key in ("notebook", "lab", "exercise"):
                 if ch.get(key):
                     target = src / ch[key]
                     target.parent.mkdir(parents=True, exist_ok=True)

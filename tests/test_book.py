@@ -65,7 +65,17 @@ def test_jupyter_book_toc_is_generated_from_the_map(tmp_path):
     src = bk.write_jupyter_book(b, ROOT, tmp_path / "src")
     toc = yaml.safe_load((src / "_toc.yml").read_text())
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
-    listed = [p for _, ch in bk.chapters(b) for p in (ch["notebook"], ch.get("lab")) if p]
+    listed = [p for _, ch in bk.chapters(b) for p in (ch["notebook"], ch.get("lab"), ch.get("exercise")) if p]
     assert files == [str(Path(p).with_suffix("")) for p in listed]
     assert all((src / p).is_file() for p in listed)
     assert yaml.safe_load((src / "_config.yml").read_text())["execute"]["execute_notebooks"] == "off"
+
+
+def test_an_exercise_needs_its_solution_and_both_must_exist(tmp_path):
+    b = bk.load_book(ROOT / "book.yml")
+    ch = next(c for _, c in bk.chapters(b) if not c.get("lab"))
+    ch["exercise"] = "labs/0_orientation/ex_nope.ipynb"
+    problems = bk.validate(b, ROOT)
+    assert any("needs its exercise_solution" in p for p in problems)
+    assert any("ex_nope.ipynb does not exist" in p for p in problems)
+    assert ch["id"] not in bk.ungraded_chapters(b)
