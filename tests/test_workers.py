@@ -112,6 +112,12 @@ def test_no_worker_gives_a_clear_timeout(r):
     assert time.perf_counter() - t0 < 2
 
 
+def test_a_long_wait_outlasts_the_socket_timeout(redis_server):
+    client = QueueClient(redis_server.client(socket_timeout=0.3))  # BLPOP is sliced, never one long read
+    with pytest.raises(TimeoutError, match="is a worker running"):
+        client.result("nobody-home", timeout_s=1.0)
+
+
 @pytest.mark.parametrize("text, err", [(None, TypeError), (42, TypeError), ("   ", ValueError)])
 def test_bad_input_is_refused_before_queueing(r, text, err):
     client = QueueClient(r)
