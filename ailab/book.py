@@ -96,12 +96,50 @@ def covered_topics(book: dict) -> set[str]:
     return {t for _, ch in chapters(book) for t in ch.get("topics") or []}
 
 
+SUPPORT_FILES = ("book.yml", "README.md", "pyproject.toml", "environment.yml", "Dockerfile", "monitoring")
+
+
+def chapter_header(ch: dict) -> str:
+    """The markdown that opens a chapter's page, generated from its book.yml entry (never typed by hand)."""
+    lines = [f"**{ch['minutes']} minutes** · " + ("needs a GPU for its main point (runs on CPU too)" if ch["gpu"]
+                                                  else "runs on a CPU"),
+             "", "**You will**", ""] + [f"- {g}" for g in ch["goals"]] + [""]
+    lines.append("**Topics:** " + ", ".join(ch["topics"]))
+    tasks = [(kind, ch[key]) for kind, key in (("Lab", "lab"), ("Exercise", "exercise")) if ch.get(key)]
+    if tasks:
+        lines += [""] + [f"**{kind}:** [{Path(p).stem}](../../{p}) (checked automatically: "
+                         f"`ailab labs check {p}`)" for kind, p in tasks]
+    return "\n".join(lines)
+
+
+def _with_header(nb_path: Path, target: Path, header: str) -> None:
+    """Copy a notebook, inserting the generated header after its title cell."""
+    import nbformat
+
+    nb = nbformat.read(str(nb_path), as_version=4)
+    cell = nbformat.v4.new_markdown_cell(header)
+    cell["id"] = "ailab-book-header"
+    at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+    nb.cells.insert(at, cell)
+    nbformat.write(nb, str(target))
+
+
 def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: str = "off") -> Path:
-    """Stage the course for Jupyter Book 1: copy the content, write _toc.yml and _config.yml."""
+    """Stage the course for Jupyter Book 1: copy the content, write _toc.yml and _config.yml.
+
+    execute="cache" runs every chapter notebook while the book builds (Jupyter Book's cache, so a second
+    build re-runs only what changed): each page then shows the numbers and figures measured on the
+    machine that built it. Labs and exercises are shown as the learner gets them, not executed.
+    """
     root, src = Path(root), Path(out)
     if src.exists():
         shutil.rmtree(src)
     src.mkdir(parents=True)
+    for name in SUPPORT_FILES:   # what the notebooks read from the course root (rules file, pins, the map)
+        if (root / name).is_dir():
+            shutil.copytree(root / name, src / name)
+        elif (root / name).is_file():
+            shutil.copy2(root / name, src / name)
     intro = ["# " + book["title"], "", (root / "README.md").read_text(encoding="utf-8") if (root / "README.md").exists() else ""]
     (src / "intro.md").write_text("\n".join(intro), encoding="utf-8")
     toc_parts = []
@@ -112,13 +150,16 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
                 if ch.get(key):
                     target = src / ch[key]
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(root / ch[key], target)
+                    if key == "notebook":
+                        _with_header(root / ch[key], target, chapter_header(ch))
+                    else:
+                        shutil.copy2(root / ch[key], target)
                     entries.append({"file": str(Path(ch[key]).with_suffix("").as_posix())})
         if entries:
             toc_parts.append({"caption": part["title"], "chapters": entries})
     toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
     config = {"title": book["title"], "author": book.get("author", "ailab"), "only_build_toc_files": True,
-              "execute": {"execute_notebooks": execute, "timeout": 600},
+              "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": ["labs/*"]},
               "sphinx": {"config": {"html_show_copyright": False}}}
     (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
     (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -136,7 +177,7 @@ def main() -> int:
     except BookError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_jupyter_book(book, ".", out, execute=os.environ.get("AILAB_BOOK_EXECUTE", "off"))
+    write_jupyter_book(book, ".", out, execute=os.environ.get("AILAB_BOOK_EXECUTE", "cache"))
     print(f"staged {len(listed_paths(book))} notebooks in {out}")
     return 0
 

@@ -79,3 +79,21 @@ def test_an_exercise_needs_its_solution_and_both_must_exist(tmp_path):
     assert any("needs its exercise_solution" in p for p in problems)
     assert any("ex_nope.ipynb does not exist" in p for p in problems)
     assert ch["id"] not in bk.ungraded_chapters(b)
+
+
+def test_every_chapter_page_opens_with_a_header_from_the_map(tmp_path):
+    import nbformat
+
+    b = bk.check_book(ROOT / "book.yml")
+    src = bk.write_jupyter_book(b, ROOT, tmp_path / "src", execute="cache")
+    for _, ch in bk.chapters(b):
+        nb = nbformat.read(str(src / ch["notebook"]), as_version=4)
+        header = next(c for c in nb.cells if c.get("id") == "ailab-book-header")
+        assert f"**{ch['minutes']} minutes**" in header.source and all(g in header.source for g in ch["goals"])
+        assert all(t in header.source for t in ch["topics"])
+        for key in ("lab", "exercise"):
+            if ch.get(key):
+                assert f"ailab labs check {ch[key]}" in header.source
+    config = yaml.safe_load((src / "_config.yml").read_text())["execute"]
+    assert config["execute_notebooks"] == "cache" and config["exclude_patterns"] == ["labs/*"]
+    assert (src / "monitoring" / "alerts.yml").is_file() and (src / "book.yml").is_file()  # what notebooks read
