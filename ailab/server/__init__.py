@@ -9,9 +9,9 @@ predictors (what is served), run (threads and the `ailab serve` command).
 """
 from ailab.server.app import ServerConfig, create_app
 from ailab.server.predictors import InputTooLongError, TextClassifierPredictor, sentiment_predictor, tiny_predictor
-from ailab.server.registry import ModelLoadError, ModelRegistry, UnknownModelError
+from ailab.server.registry import ModelLoadError, ModelRegistry, SwapRefusedError, UnknownModelError
 from ailab.server.run import ServerHandle, serve_main, start_in_thread
 
-__all__ = ["InputTooLongError", "ModelLoadError", "ModelRegistry", "ServerConfig", "ServerHandle",
+__all__ = ["InputTooLongError", "ModelLoadError", "ModelRegistry", "ServerConfig", "ServerHandle", "SwapRefusedError",
            "TextClassifierPredictor", "UnknownModelError", "create_app", "sentiment_predictor", "serve_main",
            "start_in_thread", "tiny_predictor"]

@@ -11,18 +11,21 @@ every millisecond spent on the event loop is a millisecond the GIL is not free f
     GET  /metrics     Prometheus text format
     GET  /v1/models   what is registered and loaded
     POST /admin/models/{name}/swap   hot swap: reload a model beside the old one, switch, drain the old
+                      (409 when old + new would exceed the memory budget; needs the API key, or without
+                      one a loopback client)
+
+Headers are checked in headers.py, the body's size and time and the requests in flight in limits.py,
+malformed HTTP below the app in protocol.py: every refusal is a 4xx (or 503) with a JSON message.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
-import math
 import os
-import re
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -30,12 +33,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from ailab.batching import BatcherClosedError, DeadlineExceededError, QueueFullError
+from ailab.server import headers as hdr
+from ailab.server.limits import CLOSE, ConcurrencyLimit, read_body
 from ailab.server.metrics import ServerMetrics, log_request, rss_bytes
 from ailab.server.predictors import InputTooLongError
-from ailab.server.registry import ModelLoadError, ModelRegistry, UnknownModelError
-from ailab.server.validation import InvalidRequest, check_content_type, parse_predict
-
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+from ailab.server.registry import ModelLoadError, ModelRegistry, SwapRefusedError, UnknownModelError
+from ailab.server.validation import InvalidRequest, parse_predict
 
 
 @dataclass
@@ -45,10 +48,13 @@ class ServerConfig:
     max_queue: int = 256               # texts waiting per model; beyond this: 503 at once
     request_timeout_s: float = 5.0     # default deadline per request; X-Timeout-Ms may lower it -> 504
     max_body_bytes: int = 64 * 1024    # -> 413 before the body is parsed
+    body_timeout_s: float = 10.0       # the whole body must arrive within this, else 408 and the connection closed
+    max_concurrency: int = 512         # requests inside the app at once (probes, /metrics exempt); beyond: 503
     max_items: int = 64                # texts per request
     max_chars: int = 5_000             # characters per text
     too_long: str = "truncate"         # over the model's max word pieces: "truncate" (flagged) or "reject" (413)
-    api_key: str | None = None         # when set, /v1/* and /metrics need "Authorization: Bearer <key>"
+    api_key: str | None = None         # when set, all but /healthz and /readyz need "Authorization: Bearer <key>";
+                                       # unset, /admin/* answers only loopback clients
     fallback: dict | None = None       # degraded answer when no model can serve, e.g. {"label": "unknown"}
     max_models: int = 2
     max_model_bytes: int | None = None
@@ -60,11 +66,12 @@ class ServerConfig:
     def __post_init__(self):
         if self.too_long not in ("truncate", "reject"):
             raise ValueError(f"too_long={self.too_long!r}; choose 'truncate' or 'reject'")
-        for name in ("max_queue", "max_body_bytes", "max_items", "max_chars", "max_batch_size"):
+        for name in ("max_queue", "max_body_bytes", "max_items", "max_chars", "max_batch_size", "max_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.request_timeout_s <= 0:
-            raise ValueError(f"request_timeout_s must be positive (got {self.request_timeout_s})")
+        for name in ("request_timeout_s", "body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
 
 
 @dataclass
@@ -87,6 +94,9 @@ class ServerState:
         return self._rss[1]
 
 
+_EXTRA_HEADERS = {401: {"WWW-Authenticate": "Bearer"}, 408: CLOSE}
+
+
 def _json(payload: dict, status: int = 200, headers: dict | None = None) -> Response:
     return Response(json.dumps(payload, ensure_ascii=False).encode(), status_code=status,
                     media_type="application/json", headers=headers)
@@ -96,6 +106,31 @@ def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[d
     from ailab.server.predictors import sentiment_predictor
 
     return {"sentiment": lambda: sentiment_predictor(engine, too_long=too_long)}, "sentiment"
+
+
+def access_denied(request: Request, api_key: str | None, admin: bool = False) -> tuple[int, str] | None:
+    """None when the request may go on, else (status, message). With a key set every route but the probes
+    needs it (401 without or with a wrong one); without a key, /admin/* answers loopback clients only (403):
+    a hot swap must never be one HTTP call away for anyone on the network."""
+    if not api_key:
+        if admin and not _loopback_peer(request):
+            return 403, "admin routes answer only loopback clients when the server has no API key (--api-key)"
+        return None
+    try:
+        got = hdr.api_key(request)
+    except InvalidRequest as e:
+        return e.status, e.message
+    if not hmac.compare_digest(got.encode(), api_key.encode()):
+        return 401, "missing or wrong API key (send Authorization: Bearer <key>)"
+    return None
+
+
+def _loopback_peer(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def create_app(models: dict[str, Callable[[], object]] | None = None, default_model: str | None = None,
@@ -143,45 +178,8 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
 
     app = FastAPI(title="ailab inference server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.ailab = state
-
-    def authorized(request: Request) -> bool:
-        if not config.api_key:
-            return True
-        got = request.headers.get("authorization", "")
-        got = got[7:] if got.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        return hmac.compare_digest(got.encode(), config.api_key.encode())
-
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > config.max_body_bytes:
-            raise InvalidRequest(413, f"body is {declared} bytes; the limit is {config.max_body_bytes}")
-        chunks, size = [], 0
-        async for chunk in request.stream():   # also bounds bodies sent without Content-Length
-            size += len(chunk)
-            if size > config.max_body_bytes:
-                raise InvalidRequest(413, f"body is over the {config.max_body_bytes}-byte limit")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def deadline_for(request: Request) -> float:
-        timeout = config.request_timeout_s
-        asked = request.headers.get("x-timeout-ms")
-        if asked is not None:
-            try:
-                ms = float(asked)
-            except ValueError:
-                ms = math.nan
-            if not (math.isfinite(ms) and ms >= 0):
-                raise InvalidRequest(400, "X-Timeout-Ms must be a number of milliseconds, 0 or more")
-            timeout = min(timeout, ms / 1e3)
-        return time.monotonic() + timeout
-
-    def priority_of(request: Request) -> int:
-        """X-Priority: an integer, higher served first (e.g. interactive 1, batch jobs -1); default 0."""
-        raw = request.headers.get("x-priority", "0").strip()
-        if not raw.lstrip("-").isdigit() or len(raw) > 4:
-            raise InvalidRequest(400, "X-Priority must be a small integer, e.g. 1 or -1")
-        return int(raw)
+    app.add_middleware(ConcurrencyLimit, limit=config.max_concurrency, retry_after_s=config.retry_after_s,
+                       on_reject=lambda: metrics.requests.labels("503").inc())
 
     async def infer(req, deadline: float, priority: int):
         """Submit each text; retry once on a batcher closed by a hot swap or an eviction."""
@@ -207,23 +205,24 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
         raise AssertionError("unreachable")
 
     def error(status: int, message: str, rid: str, headers: dict | None = None) -> Response:
+        headers = {**(headers or {}), **_EXTRA_HEADERS.get(status, {})}
         return _json({"error": message, "status": status, "request_id": rid}, status, headers)
 
     @app.post("/v1/predict")
     async def predict(request: Request) -> Response:
         t0 = time.perf_counter()
-        rid = request.headers.get("x-request-id", "")
-        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
+        rid, bad_rid = hdr.request_id(request)
         state.in_flight += 1
         req, status, model_name, err = None, 500, None, None
         try:
-            if not authorized(request):
-                status, err = 401, "missing or wrong API key (send Authorization: Bearer <key>)"
-                return error(status, err, rid, {"WWW-Authenticate": "Bearer"})
-            check_content_type(request.headers.get("content-type"))
-            req = parse_predict(await read_body(request), config.max_items, config.max_chars)
-            deadline = deadline_for(request)
-            priority = priority_of(request)
+            if denied := access_denied(request, config.api_key):
+                raise InvalidRequest(*denied)
+            if bad_rid:
+                raise InvalidRequest(400, bad_rid)
+            hdr.check_content_type(request)
+            deadline, priority = hdr.deadline(request, config.request_timeout_s), hdr.priority(request)
+            body = await read_body(request, config.max_body_bytes, config.body_timeout_s)
+            req = parse_predict(body, config.max_items, config.max_chars)
             if config.max_rss_bytes and state.rss() > config.max_rss_bytes:
                 status, err = 503, "server memory is over its watermark; retry later"
                 return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
@@ -297,26 +296,28 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
-        if not authorized(request):
-            return error(401, "missing or wrong API key", "-", {"WWW-Authenticate": "Bearer"})
+        if denied := access_denied(request, config.api_key):
+            return error(*denied, "-")
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
-        if not authorized(request):
-            return error(401, "missing or wrong API key", "-", {"WWW-Authenticate": "Bearer"})
+        if denied := access_denied(request, config.api_key):
+            return error(*denied, "-")
         return _json({"registered": registry.names(), "default": registry.default,
                       "loaded": [e.describe() for e in registry.loaded.values()], "evictions": registry.evictions})
 
     @app.post("/admin/models/{name}/swap")
     async def swap(name: str, request: Request) -> Response:
         """Hot swap: reload `name` from its registered loader (e.g. new weights on disk) without dropping requests."""
-        if not authorized(request):
-            return error(401, "missing or wrong API key", "-", {"WWW-Authenticate": "Bearer"})
+        if denied := access_denied(request, config.api_key, admin=True):
+            return error(*denied, "-")
         try:
             entry = await registry.swap(name)
         except UnknownModelError as e:
             return error(404, str(e), "-")
+        except SwapRefusedError as e:
+            return error(409, f"swap refused, the old version keeps serving: {e}", "-")
         except ModelLoadError as e:
             return error(500, f"swap refused, the old version keeps serving: {e}", "-")
         return _json({"swapped": name, **entry.describe()})

@@ -4,6 +4,10 @@ Each loaded model owns one DynamicBatcher, hence one worker thread and one copy 
 Hot swap: load the new version BESIDE the old one, verify it, switch the name to it in one
 assignment (the event loop is single-threaded, so no request sees half a switch), then close the
 old batcher with drain=True: requests already queued on it finish on the old weights.
+While both versions are loaded they both count against the memory budget (max_bytes): before loading,
+the new version is assumed to be the old one's size and other models are evicted (LRU) to make room;
+if old + new cannot fit even alone, the swap is refused (SwapRefusedError, HTTP 409) and the old
+version keeps serving. Loads that run meanwhile count the reservation too.
 """
 from __future__ import annotations
 
@@ -24,6 +28,10 @@ class UnknownModelError(KeyError):
 
 class ModelLoadError(RuntimeError):
     """A model could not be loaded or failed its self-test."""
+
+
+class SwapRefusedError(RuntimeError):
+    """A hot swap would hold old + new above the memory budget (HTTP 409); the old version keeps serving."""
 
 
 @dataclass
@@ -81,6 +89,7 @@ class ModelRegistry:
         self._versions: dict[str, int] = {}
         self._closing: set = set()
         self._failed: dict[str, tuple[float, ModelLoadError]] = {}   # name -> (when, error): no reload storm
+        self._reserved = 0                  # bytes of new versions being loaded by a swap, beside their old one
         self.retry_load_s = 10.0
 
     def names(self) -> list[str]:
@@ -140,11 +149,26 @@ class ModelRegistry:
         """Evict least-recently-used models until `incoming` fits the count and memory budgets."""
         def over():
             n = len(self.loaded) + 1
-            used = sum(e.n_bytes for e in self.loaded.values()) + incoming.n_bytes
+            used = sum(e.n_bytes for e in self.loaded.values()) + incoming.n_bytes + self._reserved
             return n > self.max_models or (self.max_bytes is not None and used > self.max_bytes)
 
         while self.loaded and over():
             victim = min(self.loaded.values(), key=lambda e: e.last_used)
+            del self.loaded[victim.name]
+            self.evictions += 1
+            self._retire(victim)
+
+    def _room_for_swap(self, old: LoadedModel, new_bytes: int) -> None:
+        """Make `old` + a `new_bytes` version fit max_bytes together, evicting other models LRU; else refuse."""
+        if self.max_bytes is None:
+            return
+        if old.n_bytes + new_bytes + self._reserved > self.max_bytes:
+            raise SwapRefusedError(
+                f"model {old.name!r}: old ({old.n_bytes} bytes) and new ({new_bytes} bytes) versions loaded side "
+                f"by side would exceed the memory budget of {self.max_bytes} bytes")
+        others = lambda: [e for e in self.loaded.values() if e is not old]  # noqa: E731
+        while sum(e.n_bytes for e in self.loaded.values()) + new_bytes + self._reserved > self.max_bytes:
+            victim = min(others(), key=lambda e: e.last_used)
             del self.loaded[victim.name]
             self.evictions += 1
             self._retire(victim)
@@ -162,9 +186,23 @@ class ModelRegistry:
         loader = loader or self.loaders[name]
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
-            new = await self._build(name, loader, verify=True)  # raises ModelLoadError; old keeps serving
             old = self.loaded.get(name)
-            if old is None:
+            guess = old.n_bytes if old is not None else 0
+            if old is not None:
+                self._room_for_swap(old, guess)                 # before loading: new assumed as big as old
+            self._reserved += guess
+            try:
+                new = await self._build(name, loader, verify=True)  # raises ModelLoadError; old keeps serving
+            finally:
+                self._reserved -= guess
+            old = self.loaded.get(name)                         # (an eviction may have taken it meanwhile)
+            if old is not None:
+                try:
+                    self._room_for_swap(old, new.n_bytes)       # the real size, known now
+                except SwapRefusedError:
+                    await new.batcher.close(drain=False)
+                    raise
+            else:
                 self._make_room(new)
             self.loaded[name] = new                             # the atomic switch
             self.loaders[name] = loader

@@ -2,11 +2,15 @@
 
 start_in_thread() binds a socket first (port 0 = a free one), so the caller knows the URL
 before uvicorn starts and two notebooks never fight over port 8000.
+
+Exposure: a bind to an address other than loopback needs an API key (--api-key or AILAB_API_KEY), or
+the explicit --allow-public-without-key; `ailab serve --host 0.0.0.0` alone exits with a message.
 """
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import signal
 import socket
 import sys
@@ -48,16 +52,25 @@ class ServerHandle:
 
 
 def start_in_thread(app, host: str = "127.0.0.1", port: int = 0, wait_ready: bool = True,
-                    timeout: float = 180.0, log_level: str = "warning") -> ServerHandle:
-    """Run `app` under uvicorn in a daemon thread; return once it answers (and /readyz says 200)."""
+                    timeout: float = 180.0, log_level: str = "warning",
+                    allow_public_without_key: bool = False) -> ServerHandle:
+    """Run `app` under uvicorn in a daemon thread; return once it answers (and /readyz says 200).
+    Refuses (ValueError) a non-loopback `host` for an app without an API key unless allow_public_without_key."""
     import httpx
 
+    from ailab.server.protocol import JsonErrorsProtocol
+
+    state = getattr(getattr(app, "state", None), "ailab", None)
+    problem = exposure_problem(host, getattr(getattr(state, "config", None), "api_key", None),
+                               allow_public_without_key)
+    if problem:
+        raise ValueError(problem)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
-                            backlog=2048)
+                            backlog=2048, http=JsonErrorsProtocol)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"uvicorn-{port}")
@@ -90,6 +103,15 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def exposure_problem(host: str, api_key: str | None, allow_public_without_key: bool = False) -> str | None:
+    """Why serving on `host` is refused (None when it is fine): a non-loopback bind needs a key or the flag."""
+    if _is_loopback(host) or api_key or allow_public_without_key:
+        return None
+    return (f"refusing to bind {host!r} (not loopback) without an API key: anyone who can reach it could use it, "
+            f"and swap models through /admin. Set --api-key KEY (or AILAB_API_KEY), bind 127.0.0.1, or pass "
+            f"--allow-public-without-key if the network is yours (/admin then still answers loopback only)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
@@ -100,7 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=256)
     p.add_argument("--timeout-s", type=float, default=5.0, help="default per-request deadline (504 after it)")
     p.add_argument("--too-long", choices=["truncate", "reject"], default="truncate")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/* and /metrics")
+    p.add_argument("--api-key", default=os.environ.get("AILAB_API_KEY") or None,
+                   help="require 'Authorization: Bearer KEY' on every route but /healthz and /readyz "
+                        "(default: $AILAB_API_KEY)")
+    p.add_argument("--allow-public-without-key", action="store_true",
+                   help="allow a non-loopback --host without an API key (otherwise refused)")
+    p.add_argument("--body-timeout-s", type=float, default=10.0,
+                   help="the whole request body must arrive within this (408 and the connection closed after)")
+    p.add_argument("--max-concurrency", type=int, default=512,
+                   help="requests inside the server at once (probes and /metrics exempt); beyond it, 503 at once")
     p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
     p.add_argument("--torch-threads", type=int, default=None)
     p.add_argument("--quiet", action="store_true", help="no JSON access log on stderr")
@@ -112,6 +142,10 @@ def serve_main(argv: list[str] | None = None) -> int:
     from ailab.server.metrics import configure_json_logging
 
     args = build_parser().parse_args(argv)
+    problem = exposure_problem(args.host, args.api_key, args.allow_public_without_key)
+    if problem:
+        print(f"ailab serve: {problem}", file=sys.stderr)
+        return 2
     if not _is_loopback(args.host) and not args.api_key:
         print(f"warning: binding {args.host} (not loopback) without --api-key: anyone who can reach it can use it",
               file=sys.stderr)
@@ -120,10 +154,12 @@ def serve_main(argv: list[str] | None = None) -> int:
     models, default = default_models(args.engine, args.too_long)
     app = create_app(models, default, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                      max_queue=args.max_queue, request_timeout_s=args.timeout_s, too_long=args.too_long,
-                     api_key=args.api_key, torch_threads=args.torch_threads,
+                     api_key=args.api_key, torch_threads=args.torch_threads, body_timeout_s=args.body_timeout_s,
+                     max_concurrency=args.max_concurrency,
                      fallback={"label": args.fallback_label, "score": None} if args.fallback_label else None)
     print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
-    handle = start_in_thread(app, args.host, args.port, log_level="warning")
+    handle = start_in_thread(app, args.host, args.port, log_level="warning",
+                             allow_public_without_key=args.allow_public_without_key)
     print(f"ailab server ready at {handle.url}  (POST {handle.url}/v1/predict, GET /healthz /readyz /metrics)",
           flush=True)
     signal.signal(signal.SIGTERM, lambda *_: handle.server.__setattr__("should_exit", True))

@@ -4,6 +4,7 @@ Every refusal is an InvalidRequest with an HTTP status and a message a client ca
 413 for too big (body, number of texts, characters), 415 for the wrong content type,
 400 for bytes that are not UTF-8 JSON, 422 for JSON of the wrong shape.
 Validation runs on the event loop, so it is kept cheap: one strict decode, one json.loads.
+The headers (Content-Type, X-Timeout-Ms, ...) are checked in headers.py.
 """
 from __future__ import annotations
 
@@ -28,12 +29,6 @@ class PredictRequest:
 
 def _no_constants(name: str):
     raise InvalidRequest(400, f"JSON contains {name}, which is not valid JSON; send numbers or strings only")
-
-
-def check_content_type(content_type: str | None) -> None:
-    media = (content_type or "").split(";")[0].strip().lower()
-    if media != "application/json":
-        raise InvalidRequest(415, f"Content-Type must be application/json (got {content_type or 'none'!r})")
 
 
 def parse_json(body: bytes):
