@@ -33,7 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from ailab.batching import BatcherClosedError, DeadlineExceededError, QueueFullError
-from ailab.server import headers as hdr
+import ailab.server.headers as hdr
 from ailab.server.limits import CLOSE, ConcurrencyLimit, read_body
 from ailab.server.metrics import ServerMetrics, log_request, rss_bytes
 from ailab.server.predictors import InputTooLongError
