@@ -75,6 +75,7 @@ def test_an_exercise_needs_its_solution_and_both_must_exist(tmp_path):
     b = bk.load_book(ROOT / "book.yml")
     ch = next(c for _, c in bk.chapters(b) if not c.get("lab"))
     ch["exercise"] = "labs/0_orientation/ex_nope.ipynb"
+    ch.pop("exercise_solution", None)
     problems = bk.validate(b, ROOT)
     assert any("needs its exercise_solution" in p for p in problems)
     assert any("ex_nope.ipynb does not exist" in p for p in problems)
@@ -97,3 +98,7 @@ def test_every_chapter_page_opens_with_a_header_from_the_map(tmp_path):
     config = yaml.safe_load((src / "_config.yml").read_text())["execute"]
     assert config["execute_notebooks"] == "cache" and config["exclude_patterns"] == ["labs/*"]
     assert (src / "monitoring" / "alerts.yml").is_file() and (src / "book.yml").is_file()  # what notebooks read
+
+
+def test_every_chapter_has_a_lab_or_an_exercise():
+    assert bk.ungraded_chapters(bk.check_book(ROOT / "book.yml")) == []

@@ -14,7 +14,9 @@ from ailab.labs.build import LabFormatError, build_all, build_notebook, stub_sou
 from ailab.labs.runner import run_lab
 
 ROOT = Path(__file__).resolve().parent.parent
-LABS = [ch for _, ch in bk.chapters(bk.load_book(ROOT / "book.yml")) if ch.get("lab")]
+# Every graded task of the course: the chapter labs and the shorter chapter exercises, same mechanism.
+TASKS = [(f"{ch['id']}-{key}", ch[key]) for _, ch in bk.chapters(bk.load_book(ROOT / "book.yml"))
+         for key in ("lab", "exercise") if ch.get(key)]
 
 
 def test_labs_equal_a_fresh_build():
@@ -22,16 +24,16 @@ def test_labs_equal_a_fresh_build():
     assert not stale, f"labs/ is out of date for {stale}: run `ailab labs build`"
 
 
-@pytest.mark.parametrize("chapter", LABS, ids=[c["id"] for c in LABS])
-def test_stub_fails_every_check(chapter):
-    report = run_lab(ROOT / chapter["lab"])
-    assert report.checks, f"no check ran in {chapter['lab']}: {report.cell_errors}"
+@pytest.mark.parametrize("path", [p for _, p in TASKS], ids=[i for i, _ in TASKS])
+def test_stub_fails_every_check(path):
+    report = run_lab(ROOT / path)
+    assert report.checks, f"no check ran in {path}: {report.cell_errors}"
     assert not report.passed, f"checks passed on the stub (they cannot fail?): {report.passed}"
 
 
-@pytest.mark.parametrize("chapter", LABS, ids=[c["id"] for c in LABS])
-def test_lab_has_no_answers_left(chapter):
-    lab = json.loads((ROOT / chapter["lab"]).read_text())
+@pytest.mark.parametrize("path", [p for _, p in TASKS], ids=[i for i, _ in TASKS])
+def test_lab_has_no_answers_left(path):
+    lab = json.loads((ROOT / path).read_text())
     text = "".join("".join(c["source"]) for c in lab["cells"])
     assert "BEGIN SOLUTION" not in text and "NotImplementedError" in text
 

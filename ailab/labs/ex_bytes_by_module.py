@@ -1,0 +1,162 @@
+"""Exercise checks: where a model's bytes sit, module by module (topic H1: where the bytes go).
+
+The learner writes
+  bytes_by_module(model, depth=1) -> dict[str, int]
+      the bytes of the model's parameters and buffers (numel x element size, as stored), grouped by the name of
+      the module that holds each tensor, cut to its first `depth` components ('encoder.layer.0.attention' ->
+      'encoder' at depth 1, 'encoder.layer' at depth 2); a tensor held by the model itself goes under ''. A
+      tensor shared by several modules (tied weights) is counted once, in the group of the first name the model
+      lists it under. The values add up to what torch counts (ailab.memory.param_bytes).
+
+The checks are derived from what the function must guarantee, on small models built here:
+  every group on its own, in bytes, for float32, float16, bfloat16, float64 and int64 tensors (no size per element
+  is constant); buffers count, non-persistent ones too (a state_dict() does not list those); tied weights and a
+  submodule registered twice are counted once, in the first group; groups come from the module path, not from
+  the tensor's own name (a model with no children is one group, ''); depth 2 and 3 (a module shallower than
+  `depth` keeps its own path); a model with no tensors gives {}; values are ints; the total equals torch's count.
+  Groups worth 0 bytes may be present or absent.
+"""
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+
+from ailab import memory
+from ailab.labs.core import check, expect
+
+LAB = "ex_bytes_by_module"
+
+
+def toy() -> nn.Module:
+    """embeddings (fp32 table + an int64 non-persistent buffer), encoder (fp16), norm (BatchNorm: buffers), head (fp64)."""
+    torch.manual_seed(0)
+    m = nn.Module()
+    m.embeddings = nn.Embedding(100, 8)                                              # 800 x 4 = 3200
+    m.embeddings.register_buffer("position_ids", torch.arange(16), persistent=False)  # 16 x 8 = 128
+    m.encoder = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)).to(torch.float16)  # 280 x 2 = 560
+    m.norm = nn.BatchNorm1d(8)          # weight, bias, running_mean, running_var: 4 x 8 x 4 = 128; + int64 8 = 136
+    m.head = nn.Linear(8, 2).to(torch.float64)                                       # 18 x 8 = 144
+    return m
+
+
+TOY = {"embeddings": 3328, "encoder": 560, "norm": 136, "head": 144}
+
+
+def tied() -> nn.Module:
+    """An output layer that reuses the embedding table (weight tying), and one block registered twice."""
+    m = nn.Module()
+    m.embeddings = nn.Embedding(50, 6)                      # 300 x 4 = 1200
+    m.block = nn.Linear(6, 6)                               # 42 x 4 = 168
+    m.block_again = m.block                                 # the same module under a second name
+    m.lm_head = nn.Linear(6, 50)                            # weight tied below; its bias: 50 x 4 = 200
+    m.lm_head.weight = m.embeddings.weight
+    return m
+
+
+TIED = {"embeddings": 1200, "block": 168, "lm_head": 200}
+
+
+def deep() -> nn.Module:
+    """Nesting for depth 2 and 3, a parameter held by the model itself, and a bfloat16 module."""
+    m = nn.Module()
+    m.scale = nn.Parameter(torch.ones(5))                                               # '' : 20
+    m.encoder = nn.Module()
+    m.encoder.layer = nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(2)])  # 2 x 112
+    m.encoder.final = nn.LayerNorm(4).to(torch.bfloat16)                                # 8 x 2 = 16
+    m.head = nn.Linear(4, 3)                                                            # 15 x 4 = 60
+    return m
+
+
+DEEP = {
+    1: {"": 20, "encoder": 240, "head": 60},
+    2: {"": 20, "encoder.layer": 224, "encoder.final": 16, "head": 60},
+    3: {"": 20, "encoder.layer.0": 112, "encoder.layer.1": 112, "encoder.final": 16, "head": 60},
+    4: {"": 20, "encoder.layer.0.0": 80, "encoder.layer.0.1": 32, "encoder.layer.1.0": 80, "encoder.layer.1.1": 32,
+        "encoder.final": 16, "head": 60},
+}
+
+
+def _groups(fn, model, depth, what) -> dict:
+    out = fn(model) if depth is None else fn(model, depth)
+    expect(isinstance(out, dict), f"{what}: bytes_by_module() should return a dict of group -> bytes; got "
+                                  f"{type(out).__name__}")
+    for k, v in out.items():
+        expect(isinstance(k, str), f"{what}: group names are strings (module paths); got the key {k!r}")
+        expect(isinstance(v, numbers.Integral) and not isinstance(v, bool),
+               f"{what}: group {k!r} holds {v!r} ({type(v).__name__}); a count of bytes is an int")
+    return {k: int(v) for k, v in out.items() if v != 0}
+
+
+def _compare(got: dict, expected: dict, what: str, why: dict | None = None, extras: bool = True) -> None:
+    why = why or {}
+    for name, want in expected.items():
+        label = repr(name) + (" (tensors held by the model itself)" if name == "" else "")
+        expect(name in got, f"{what}: group {label} is missing; expected {want} bytes there. Your groups: "
+                            f"{sorted(got)}.{' ' + why[name] if name in why else ''}")
+        expect(got[name] == want, f"{what}: group {label} should hold {want} bytes; got {got[name]}."
+                                  f"{' ' + why[name] if name in why else ''}")
+    extra = sorted(set(got) - set(expected))
+    expect(not extras or not extra, f"{what}: unexpected group(s) {extra} (expected only {sorted(expected)}). A group is the path "
+                      "of the module that holds the tensor, cut to `depth` parts - not the tensor's own name")
+
+
+def _total(got: dict, model, what: str) -> None:
+    truth = memory.param_bytes(model)
+    expect(sum(got.values()) == truth, f"{what}: your groups add up to {sum(got.values())} bytes; torch counts "
+                                       f"{truth} (every parameter and buffer once)")
+
+
+@check(LAB, "bytes per group: every dtype, buffers included")
+def check_bytes_and_buffers(bytes_by_module):
+    model = toy()
+    got = _groups(bytes_by_module, model, None, "the toy model, default depth")
+    _compare(got, TOY, "the toy model at depth 1", why={
+        "embeddings": "It holds a float32 table (100 x 8) and an int64 buffer of 16 position ids that is not "
+                      "persistent (a state_dict() leaves it out, but it is in memory).",
+        "encoder": "Its two Linear layers are float16: 2 bytes per element.",
+        "norm": "BatchNorm1d(8) has weight and bias, and three buffers: running_mean, running_var (float32) and "
+                "num_batches_tracked (one int64).",
+        "head": "Linear(8, 2) in float64: 8 bytes per element.",
+    })
+    _total(got, model, "the toy model")
+    model = toy().to(torch.bfloat16)
+    got = _groups(bytes_by_module, model, 1, "the toy model cast to bfloat16")
+    _compare(got, {"embeddings": 1728, "encoder": 560, "norm": 72, "head": 36},
+             "the toy model cast to bfloat16 (integer buffers keep int64)",
+             why={"embeddings": "Each element size comes from the tensor itself: the table is now 2 bytes per "
+                                "element, the int64 ids still 8."})
+
+
+@check(LAB, "tied weights and shared modules are counted once")
+def check_tied(bytes_by_module):
+    model = tied()
+    got = _groups(bytes_by_module, model, 1, "tied weights")
+    tie = ("lm_head.weight is the same tensor as embeddings.weight (weight tying): it takes memory once, and "
+           "counts in the group of the first name the model lists it under")
+    shared = "block_again is the same module as block: its tensors are already counted under 'block'"
+    _compare(got, TIED, "tied weights", why={"embeddings": tie, "lm_head": tie + "; lm_head's own bias is 200 bytes",
+                                             "block": shared}, extras=False)
+    expect("block_again" not in got, f"tied weights: {shared}; got {got.get('block_again')} bytes in 'block_again'")
+    _compare(got, TIED, "tied weights")
+    _total(got, model, "tied weights")
+
+
+@check(LAB, "groups follow the module path, cut at depth")
+def check_depth(bytes_by_module):
+    model = deep()
+    for depth, expected in DEEP.items():
+        got = _groups(bytes_by_module, model, depth, f"depth={depth}")
+        _compare(got, expected, f"a nested model at depth={depth}", why={
+            "": "`scale` is a parameter of the model itself (no submodule), so its module path is ''",
+            "head": f"head is a single Linear: its path 'head' has fewer than {depth} parts, so it stays 'head'",
+            "encoder.final": "encoder.final is a bfloat16 LayerNorm(4) held directly by encoder",
+        })
+        _total(got, model, f"a nested model at depth={depth}")
+    lone = nn.Linear(5, 3).to(torch.bfloat16)
+    got = _groups(bytes_by_module, lone, 1, "a model with no children")
+    _compare(got, {"": 36}, "a bare bfloat16 Linear(5, 3), which has no submodules",
+             why={"": "weight and bias belong to the model itself, so both are in the group ''"})
+    got = _groups(bytes_by_module, nn.Sequential(nn.ReLU(), nn.Dropout()), 2, "a model with no tensors")
+    expect(got == {}, f"a model with no parameters or buffers has no bytes to group; got {got}")

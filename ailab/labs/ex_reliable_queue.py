@@ -1,0 +1,258 @@
+"""Exercise checks: a job queue on Redis that loses nothing when a worker dies (chapter 4.04).
+
+The learner writes three functions over a real Redis (`ailab.services.start_redis()`, started once per
+process by these checks; every check uses its own keys):
+  claim(r, queue, processing) -> job | None
+      atomically move the oldest job of `queue` (producers LPUSH, so the oldest is at the right end) to the
+      left end of `processing` and return it; None when the queue is empty, without blocking for long.
+  ack(r, processing, job) -> None
+      the job is done: remove exactly one copy of it from `processing`.
+  reclaim(r, processing, queue) -> int
+      a worker died: move everything it held back to the queue's consuming end, so those jobs are claimed
+      next, oldest first; return how many were moved.
+
+The checks are derived from what each function must guarantee:
+  claim: FIFO; the job is in `processing` (newest claimed on the left) and gone from `queue`; the queue
+      argument is used (two queues); an empty queue gives None within a second or two; draining gives each
+      job once; a worker that dies after any number of its Redis calls loses no job (atomic move).
+  ack: removes the given job (not the oldest, not all), exactly one copy of a duplicate, leaves the queue
+      and the order of the rest alone; acking a job that is not there is harmless.
+  reclaim: returns the count (0 for nothing held, an int); `processing` ends empty; the reclaimed jobs are
+      claimed next in their old order, before jobs that were still queued; no job is lost or duplicated even
+      if the reclaimer dies part-way; end to end, a worker that claims and dies loses nothing.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from ailab.labs.core import check, expect
+
+LAB = "ex_reliable_queue"
+_server = None
+
+
+def redis_client():
+    """A client of this process's Redis for the checks (started on first use, stopped at exit)."""
+    global _server
+    from ailab import services
+
+    if _server is None or _server.proc.poll() is not None:
+        _server = services.start_redis()
+    return _server.client(socket_timeout=10)
+
+
+def keys(tag: str = "ex") -> tuple[str, str]:
+    base = f"ex:{tag}:{uuid.uuid4().hex[:10]}"
+    return base + ":jobs", base + ":processing"
+
+
+def _s(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def _list(r, key):
+    return [_s(x) for x in r.lrange(key, 0, -1)]
+
+
+def _push(r, queue, jobs):
+    for j in jobs:
+        r.lpush(queue, j)
+
+
+def _timed(fn, *args, limit_s=3.0, what=""):
+    box = {}
+
+    def target():
+        try:
+            box["out"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True, name="ailab-ex-queue")
+    t.start()
+    t.join(limit_s)
+    if t.is_alive():
+        expect(False, f"{what} did not return within {limit_s:.0f} s: a worker must be able to poll an empty queue "
+                      "and get None (a blocking move needs a timeout; 0 means wait forever)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("out")
+
+
+class Died(ConnectionError):
+    """The worker process died: no further Redis call gets through."""
+
+
+class DyingClient:
+    """A Redis client whose worker dies after `lives` calls: later calls raise Died and do nothing."""
+
+    def __init__(self, r, lives: int):
+        self._r, self.lives, self.calls = r, lives, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._r, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls += 1
+            if self.calls > self.lives:
+                raise Died(f"the worker died before its Redis call #{self.calls} ({name})")
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@check(LAB, "claim moves the oldest job into the processing list")
+def check_claim(claim):
+    r = redis_client()
+    queue, processing = keys("claim")
+    _push(r, queue, ["job-1", "job-2", "job-3"])
+    got = claim(r, queue, processing)
+    expect(got is not None, "claim() on a queue holding 3 jobs returned None")
+    expect(isinstance(got, (bytes, str)), f"claim() should return the job itself (bytes or str); got {got!r}")
+    expect(_s(got) == "job-1", f"producers LPUSH job-1, job-2, job-3: the oldest, job-1, is at the right end and "
+                               f"is claimed first (FIFO); claim() returned {_s(got)!r}")
+    expect(_list(r, queue) == ["job-3", "job-2"], f"after claiming job-1 the queue should hold ['job-3', 'job-2'] "
+                                                  f"(LRANGE order); it holds {_list(r, queue)}")
+    expect(_list(r, processing) == ["job-1"], f"the claimed job must wait in the processing list until it is acked, "
+                                              f"so a crash cannot lose it; processing holds {_list(r, processing)}")
+    expect(_s(claim(r, queue, processing)) == "job-2", "the second claim should return job-2 (FIFO)")
+    expect(_list(r, processing) == ["job-2", "job-1"], f"claimed jobs enter processing at its left end, like "
+                                                       f"ailab.workers: it should be ['job-2', 'job-1'], it is "
+                                                       f"{_list(r, processing)}")
+    other_q, other_p = keys("claim-other")
+    _push(r, other_q, ["x-1"])
+    expect(_s(claim(r, other_q, other_p)) == "x-1" and _list(r, other_p) == ["x-1"],
+           "claim() from a second queue into a second processing list: use the queue and processing arguments")
+    expect(_list(r, queue) == ["job-3"], "claiming from another queue must not touch this one")
+    expect(_s(claim(r, queue, processing)) == "job-3", "the third claim should return job-3")
+    t0 = time.monotonic()
+    out = _timed(claim, r, queue, processing, what="claim() on an empty queue")
+    expect(out is None, f"claim() on an empty queue should return None; got {out!r}")
+    expect(time.monotonic() - t0 < 2.5, "claim() on an empty queue should give up within a second or so")
+    expect(_list(r, processing) == ["job-3", "job-2", "job-1"], "an empty claim must not change processing")
+    queue, processing = keys("drain")
+    jobs = [f"d-{i}" for i in range(25)]
+    _push(r, queue, jobs)
+    seen = [_s(claim(r, queue, processing)) for _ in range(25)]
+    expect(seen == jobs, f"25 jobs claimed one by one should come out in the order they were pushed, each once; "
+                         f"got {seen[:6]}...")
+    expect(r.llen(queue) == 0 and r.llen(processing) == 25, f"after draining 25 jobs the queue should be empty and "
+                                                            f"processing hold 25; they hold {r.llen(queue)} and "
+                                                            f"{r.llen(processing)}")
+
+
+@check(LAB, "ack removes exactly the job it is given")
+def check_ack(ack):
+    r = redis_client()
+    queue, processing = keys("ack")
+    r.rpush(processing, "c", "b", "a")               # claimed a, then b, then c (newest on the left)
+    _push(r, queue, ["q-1"])
+    out = ack(r, processing, b"b")
+    expect(out is None or isinstance(out, (int, bool)), f"ack() returned {out!r}; it needs to return nothing")
+    expect(_list(r, processing) == ["c", "a"], f"ack(job 'b') should leave ['c', 'a'] in processing, in order; it "
+                                               f"holds {_list(r, processing)}: remove the job you are given, not "
+                                               "the oldest or newest")
+    expect(_list(r, queue) == ["q-1"], f"ack() must not touch the queue; it holds {_list(r, queue)}")
+    ack(r, processing, "a")
+    expect(_list(r, processing) == ["c"], f"ack('a') given as str should remove it too; processing holds "
+                                          f"{_list(r, processing)}")
+    r.delete(processing)
+    r.rpush(processing, "dup", "other", "dup")       # the same job held twice (it was reclaimed and claimed again)
+    ack(r, processing, b"dup")
+    expect(sorted(_list(r, processing)) == ["dup", "other"], f"processing held 'dup' twice; one ack removes exactly "
+                                                             f"one copy, leaving ['dup', 'other'] in some order; it "
+                                                             f"holds {_list(r, processing)}")
+    ack(r, processing, b"missing")
+    expect(sorted(_list(r, processing)) == ["dup", "other"], "acking a job that is not in processing (a second ack) "
+                                                             "must change nothing")
+    other = keys("ack-other")[1]
+    r.rpush(other, "dup")
+    ack(r, other, b"dup")
+    expect(r.llen(other) == 0 and sorted(_list(r, processing)) == ["dup", "other"],
+           "ack() on a second processing list: use the processing argument")
+
+
+@check(LAB, "reclaim puts back what a dead worker held, oldest first")
+def check_reclaim(claim, reclaim):
+    r = redis_client()
+    queue, processing = keys("reclaim")
+    out = reclaim(r, processing, queue)
+    expect(isinstance(out, int) and not isinstance(out, bool) and out == 0,
+           f"reclaim() of an empty processing list should return 0 (an int); got {out!r}")
+    jobs = [f"j-{i}" for i in range(6)]
+    _push(r, queue, jobs)
+    held = [_s(claim(r, queue, processing)) for _ in range(3)]          # a worker takes 3, then dies
+    expect(held == jobs[:3], f"claim() should have returned {jobs[:3]}; got {held}")
+    out = reclaim(r, processing, queue)
+    expect(isinstance(out, int) and not isinstance(out, bool), f"reclaim() should return how many jobs it moved "
+                                                               f"(an int); got {out!r}")
+    expect(out == 3, f"the dead worker held 3 jobs; reclaim() returned {out}")
+    expect(r.llen(processing) == 0, f"after reclaim() the dead worker's processing list should be empty; it holds "
+                                    f"{_list(r, processing)}")
+    expect(sorted(_list(r, queue)) == sorted(jobs), f"after reclaim() the queue should hold all 6 jobs once; it "
+                                                    f"holds {_list(r, queue)}")
+    other = keys("reclaim-next")[1]
+    nxt = [_s(claim(r, queue, other)) for _ in range(6)]
+    expect(nxt[:3] == jobs[:3], f"reclaimed jobs have waited longest: they go back to the queue's consuming end and "
+                                f"are claimed next, in their old order {jobs[:3]}; the next claims returned {nxt[:3]}")
+    expect(nxt[3:] == jobs[3:], f"after the reclaimed jobs, the ones still queued follow in order {jobs[3:]}; got "
+                                f"{nxt[3:]}")
+    q2, p2 = keys("reclaim-args")
+    r.rpush(p2, "z-2", "z-1")
+    expect(reclaim(r, p2, q2) == 2 and _list(r, q2) == ["z-2", "z-1"] and r.llen(p2) == 0,
+           f"reclaim() on another processing list and queue: use the arguments (queue {_list(r, q2)}, processing "
+           f"{_list(r, p2)})")
+
+
+@check(LAB, "a worker that dies at any moment loses no job")
+def check_crash_safety(claim, ack, reclaim):
+    r = redis_client()
+    for lives in range(0, 6):
+        queue, processing = keys("die-claim")
+        _push(r, queue, ["a", "b", "c"])
+        try:
+            claim(DyingClient(r, lives), queue, processing)
+        except Died:
+            pass
+        everything = _list(r, queue) + _list(r, processing)
+        expect(sorted(everything) == ["a", "b", "c"],
+               f"a worker died during claim() after {lives} Redis call(s): queue + processing now hold "
+               f"{everything}, not a, b, c once each. Move the job in one atomic command, so there is no moment "
+               "when it is in neither list")
+    for lives in range(0, 8):
+        queue, processing = keys("die-reclaim")
+        _push(r, queue, ["q"])
+        r.rpush(processing, "h-3", "h-2", "h-1")
+        try:
+            reclaim(DyingClient(r, lives), processing, queue)
+        except Died:
+            pass
+        everything = _list(r, queue) + _list(r, processing)
+        expect(sorted(everything) == ["h-1", "h-2", "h-3", "q"],
+               f"the reclaimer died after {lives} Redis call(s): queue + processing now hold {everything}, not each "
+               "job once. Move jobs one atomic command at a time, never read-delete-push")
+    queue, processing = keys("end-to-end")
+    jobs = [f"e-{i}" for i in range(20)]
+    _push(r, queue, jobs)
+    done = []
+    for _ in range(5):                                  # worker A: claims 5, finishes 2, dies holding 3
+        job = claim(r, queue, processing)
+        if len(done) < 2:
+            done.append(_s(job))
+            ack(r, processing, job)
+    expect(r.llen(processing) == 3, f"worker A claimed 5 jobs and acked 2: its processing list should hold 3; it "
+                                    f"holds {r.llen(processing)}")
+    expect(reclaim(r, processing, queue) == 3, "reclaim() of worker A's list should move its 3 unfinished jobs")
+    b_processing = keys("end-to-end-b")[1]
+    while (job := claim(r, queue, b_processing)) is not None:   # worker B does the rest
+        done.append(_s(job))
+        ack(r, b_processing, job)
+    expect(sorted(done) == sorted(jobs) and len(done) == 20,
+           f"end to end, every job should be done exactly once; missing {sorted(set(jobs) - set(done))}, done twice "
+           f"{sorted({j for j in done if done.count(j) > 1})}")
+    expect(r.llen(b_processing) == 0 and r.llen(processing) == 0, "after the work is done, no processing list holds "
+                                                                  "anything")

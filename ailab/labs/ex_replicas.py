@@ -1,0 +1,141 @@
+"""Exercise checks: how many replicas a target load needs (chapter 4.05, outgrowing one machine).
+
+The learner writes
+  replicas_needed(target_rps, per_replica_rps, headroom=0.3, max_replicas=None) -> int
+      the fewest replicas whose usable capacity, per_replica_rps * (1 - headroom) each, covers target_rps;
+      at least 1; ValueError (naming the argument) for nonsense inputs; ValueError (saying how many replicas
+      the target needs) when that is more than max_replicas.
+
+The checks are derived from what the function must guarantee:
+  - an int (not a float, not a bool), from the formula, with each argument used (headroom 0, 0.5 and the
+    default 0.3 when omitted; several per-replica rates; large and fractional loads);
+  - exact capacity is enough: a target that is exactly n replicas' usable capacity needs n, also where float
+    division lands a hair above n (21 / 10 / 0.7 = 3.0000000000000004); a hair more needs n + 1;
+  - at least one replica, even for a target of 0;
+  - max_replicas: n == max_replicas is allowed, one more is a ValueError whose message holds the number
+    needed (a silent clamp to max_replicas, or returning None, fails); None means no limit;
+  - nonsense (negative or NaN target, per-replica rate <= 0 or NaN, headroom outside [0, 1)) is a ValueError
+    that names the argument, not a ZeroDivisionError, a negative count or a silent answer;
+  - the direction: more headroom or more load never needs fewer replicas.
+"""
+from __future__ import annotations
+
+import math
+
+from ailab.labs.core import check, expect
+
+LAB = "ex_replicas"
+
+
+def _call(fn, *args, **kwargs):
+    shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    return fn(*args, **kwargs), f"replicas_needed({shown})"
+
+
+def _expect_n(fn, want, *args, why="", **kwargs):
+    got, call = _call(fn, *args, **kwargs)
+    expect(isinstance(got, int) and not isinstance(got, bool),
+           f"{call} should return an int (a number of replicas); got {got!r} ({type(got).__name__})")
+    expect(got == want, f"{call} should be {want}; got {got}" + (f" - {why}" if why else ""))
+    return got
+
+
+def _expect_error(fn, must_name, *args, why="", **kwargs):
+    shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    call = f"replicas_needed({shown})"
+    try:
+        got = fn(*args, **kwargs)
+    except ValueError as e:
+        expect(must_name in str(e), f"{call} raised ValueError({str(e)!r}): good, but the message should name "
+                                    f"{must_name!r} so whoever reads it knows what to fix")
+        return
+    except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this names
+        expect(False, f"{call} raised {type(e).__name__}: {e}; raise a ValueError that names {must_name!r} "
+                      "instead" + (f" - {why}" if why else ""))
+    expect(False, f"{call} returned {got!r}; it should raise ValueError naming {must_name!r}" +
+           (f" - {why}" if why else ""))
+
+
+@check(LAB, "the formula: usable capacity per replica, rounded up")
+def check_formula(replicas_needed):
+    _expect_n(replicas_needed, 15, 1000, 100, why="each replica may run at 70 % of 100 req/s (headroom 0.3, the "
+                                                  "default): 1000 / 70 = 14.3, rounded up")
+    _expect_n(replicas_needed, 15, 1000, 100, 0.3)
+    _expect_n(replicas_needed, 10, 1000, 100, 0.0, why="headroom 0 uses each replica to its full 100 req/s")
+    _expect_n(replicas_needed, 20, 1000, 100, 0.5, why="headroom 0.5 keeps half of each replica free: 50 req/s usable")
+    _expect_n(replicas_needed, 2, 150, 100, headroom=0.0, why="use the headroom argument")
+    _expect_n(replicas_needed, 7, 1000, 250, 0.4, why="1000 / (250 x 0.6) = 6.67")
+    _expect_n(replicas_needed, 1, 12.5, 40, 0.25, why="a fractional load: 12.5 / 30 = 0.42, one replica")
+    _expect_n(replicas_needed, 143, 1_000_000, 10_000, 0.3, why="1e6 / 7000 = 142.9")
+    _expect_n(replicas_needed, 3, 5.0, 2.5, 0.2, why="per-replica rates need not be whole: 5 / 2 = 2.5")
+
+
+@check(LAB, "exact capacity is enough; a hair more needs one more")
+def check_exact_boundaries(replicas_needed):
+    _expect_n(replicas_needed, 3, 210, 100, 0.3, why="3 replicas x 70 req/s usable is exactly 210: do not add a 4th")
+    _expect_n(replicas_needed, 10, 700, 100, why="10 x 70 = 700 exactly")
+    _expect_n(replicas_needed, 3, 21, 10, 0.3, why="3 x 7 = 21 exactly; float division can land a hair above 3 "
+                                                    "(21 / 10 / 0.7 = 3.0000000000000004): rounding noise must not "
+                                                    "add a replica")
+    _expect_n(replicas_needed, 30, 210, 10, 0.3, why="30 x 7 = 210 exactly (watch float rounding)")
+    _expect_n(replicas_needed, 4, 100, 25, 0.0, why="4 x 25 = 100 exactly")
+    _expect_n(replicas_needed, 4, 210.5, 100, 0.3, why="210.5 req/s is more than 3 replicas' 210: round UP")
+    _expect_n(replicas_needed, 2, 70.01, 100, 0.3, why="70.01 is more than one replica's 70")
+    _expect_n(replicas_needed, 1, 0, 100, why="no load still needs one replica to answer at all")
+    _expect_n(replicas_needed, 1, 0.001, 100, why="a tiny load needs one replica")
+    _expect_n(replicas_needed, 1, 70, 100, why="exactly one replica's usable capacity")
+
+
+@check(LAB, "max_replicas: allowed up to it, a clear error beyond")
+def check_max_replicas(replicas_needed):
+    _expect_n(replicas_needed, 15, 1000, 100, max_replicas=15, why="needing exactly max_replicas is fine")
+    _expect_n(replicas_needed, 15, 1000, 100, max_replicas=40, why="a limit well above the need changes nothing")
+    _expect_n(replicas_needed, 1, 0, 100, max_replicas=1)
+    _expect_n(replicas_needed, 143, 1_000_000, 10_000, max_replicas=None, why="max_replicas=None means no limit")
+    for args, kwargs, need in [((1000, 100), {"max_replicas": 14}, 15), ((1000, 100, 0.5), {"max_replicas": 19}, 20),
+                               ((1_000_000, 10_000), {"max_replicas": 8}, 143)]:
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        call = f"replicas_needed({shown})"
+        try:
+            got = replicas_needed(*args, **kwargs)
+        except ValueError as e:
+            expect(str(need) in str(e), f"{call} raised ValueError({str(e)!r}); the message should say how many "
+                                        f"replicas the target needs ({need}), so the operator knows the shortfall")
+            continue
+        except Exception as e:  # noqa: BLE001
+            expect(False, f"{call} raised {type(e).__name__}: {e}; beyond max_replicas raise a ValueError")
+        expect(False, f"{call} returned {got!r}: the target needs {need} replicas, more than max_replicas - raise a "
+                      "ValueError saying so (a quiet clamp to the limit would leave the service overloaded)")
+
+
+@check(LAB, "nonsense inputs are a ValueError that names the argument")
+def check_nonsense(replicas_needed):
+    nan = float("nan")
+    _expect_error(replicas_needed, "target_rps", -5, 100, why="a negative load is a mistake upstream")
+    _expect_error(replicas_needed, "target_rps", nan, 100, why="NaN compares False with everything: test for it")
+    _expect_error(replicas_needed, "per_replica_rps", 100, 0, why="a replica that serves nothing")
+    _expect_error(replicas_needed, "per_replica_rps", 100, -20)
+    _expect_error(replicas_needed, "per_replica_rps", 100, nan, why="NaN compares False with everything")
+    _expect_error(replicas_needed, "headroom", 100, 50, 1.0, why="headroom 1 leaves no usable capacity")
+    _expect_error(replicas_needed, "headroom", 100, 50, 1.5)
+    _expect_error(replicas_needed, "headroom", 100, 50, -0.1, why="negative headroom plans to run replicas past "
+                                                                  "their measured capacity")
+
+
+@check(LAB, "more load or more headroom never needs fewer replicas")
+def check_direction(replicas_needed):
+    prev = 0
+    for target in [0, 1, 69, 70, 71, 139.9, 140, 140.1, 500, 999, 1000, 1001, 5000]:
+        got, call = _call(replicas_needed, target, 100)
+        expect(isinstance(got, int) and got >= max(prev, 1), f"{call} = {got!r}, but a smaller load already needed "
+                                                             f"{prev}: more load never needs fewer replicas")
+        expect(got == max(1, math.ceil(round(target / 70, 9))), f"{call} should be "
+                                                                 f"{max(1, math.ceil(round(target / 70, 9)))}; got {got}")
+        prev = got
+    prev = 0
+    for headroom in [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9]:
+        got, call = _call(replicas_needed, 1000, 100, headroom)
+        expect(isinstance(got, int) and got >= prev, f"{call} = {got!r}, but less headroom already needed {prev}: "
+                                                     "keeping more of each replica free means more replicas")
+        prev = got
+    expect(prev == 100, f"replicas_needed(1000, 100, 0.9) should be 100 (10 req/s usable each); got {prev}")

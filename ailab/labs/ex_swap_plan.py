@@ -1,0 +1,144 @@
+"""Exercise checks: plan the memory of a hot swap - what to evict so old + new fit side by side (topic S7).
+
+The learner writes
+  swap_plan(loaded, swapping, new_bytes, budget) -> list[str]
+      loaded: [(name, bytes), ...], least recently used first. During a swap the old version of `swapping`
+      and its new version (new_bytes) are both in memory. Evict other models, least recently used first and
+      only as many as needed, until everything still loaded plus the new version fits in `budget` (total ==
+      budget fits). Never evict `swapping`. If old + new exceed the budget alone, raise SwapRefusedError
+      (ailab.server.registry; the server answers 409 and the old version keeps serving). A `swapping` that
+      is not loaded yet is a first load: only its new version needs room.
+
+The checks are derived from what the function must guarantee:
+  nothing evicted when it fits, with the boundary both ways (== budget fits, one byte more does not); both
+  versions counted (old and new, a new version bigger or smaller than the old); least recently used first,
+  skipping `swapping` wherever it sits, stopping as soon as it fits (not the biggest first, not everything);
+  budget and new_bytes are used; a refusal is a SwapRefusedError (not another type, not a return value),
+  also when the other models alone would fit, and old + new == budget is accepted after evicting everything
+  else; a first load; the list it was given is left as it was; returns the names, in eviction order.
+"""
+from __future__ import annotations
+
+from ailab.labs.core import LabCheckFailed, check, expect
+
+LAB = "ex_swap_plan"
+MB = 2**20
+
+
+def _refused_error():
+    from ailab.server.registry import SwapRefusedError
+
+    return SwapRefusedError
+
+
+def _plan(swap_plan, loaded, swapping, new_bytes, budget, what):
+    given = [tuple(x) for x in loaded]
+    try:
+        out = swap_plan(loaded, swapping, new_bytes, budget)
+    except NotImplementedError:
+        raise
+    except _refused_error() as e:
+        raise LabCheckFailed(f"{what}: swap_plan refused ({e}), but the swap fits once the right models are "
+                             "evicted: refuse only when the old and new versions together exceed the budget") from e
+    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+        raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
+    expect([tuple(x) for x in loaded] == given,
+           f"{what}: swap_plan changed the `loaded` list it was given (now {loaded}); plan, don't evict")
+    expect(isinstance(out, list) and all(isinstance(n, str) for n in out),
+           f"{what}: swap_plan should return a list of model names; got {out!r}")
+    return out
+
+
+def _case(loaded, swapping, new_bytes, budget):
+    return (f"loaded={[(n, b // MB) for n, b in loaded]} MiB, swapping {swapping!r} to a {new_bytes // MB} MiB "
+            f"version, budget {budget // MB} MiB")
+
+
+@check(LAB, "evicts nothing when old + new already fit")
+def check_fits(swap_plan):
+    loaded = [("a", 100 * MB), ("b", 200 * MB), ("c", 300 * MB)]
+    for budget in (2000 * MB, 800 * MB):
+        what = _case(loaded, "b", 200 * MB, budget)
+        out = _plan(swap_plan, loaded, "b", 200 * MB, budget, what)
+        expect(out == [], f"{what}: 600 MiB loaded + 200 MiB for the new version = 800 MiB fits; evict nothing, got "
+                          f"{out}")
+    what = _case(loaded, "b", 200 * MB, 800 * MB)
+    out = _plan(swap_plan, loaded, "b", 200 * MB, 800 * MB - 1, what + " minus 1 byte")
+    expect(out == ["a"], f"{what} minus 1 byte: 800 MiB does not fit one byte under 800 MiB; evict the least recently "
+                         f"used other model, ['a']; got {out}")
+    loaded = [("a", 100 * MB), ("b", 200 * MB)]
+    what = _case(loaded, "b", 200 * MB, 400 * MB)
+    out = _plan(swap_plan, loaded, "b", 200 * MB, 400 * MB, what)
+    expect(out == ["a"], f"{what}: 300 MiB loaded + 200 MiB for the new version = 500 MiB is over the budget; evict "
+                         f"['a'] (both versions of 'b' stay in memory during the swap); got {out}")
+
+
+@check(LAB, "least recently used first, never the model being swapped, only as many as needed")
+def check_lru(swap_plan):
+    loaded = [("old", 50 * MB), ("big", 400 * MB), ("mid", 100 * MB), ("x", 300 * MB), ("new", 50 * MB)]
+    what = _case(loaded, "x", 300 * MB, 1000 * MB)
+    out = _plan(swap_plan, loaded, "x", 300 * MB, 1000 * MB, what)
+    expect("x" not in out, f"{what}: the plan evicts 'x', the model being swapped: its old version keeps serving "
+                           f"until the switch; got {out}")
+    expect(out == ["old", "big"],
+           f"{what}: 900 + 300 = 1200 MiB; evicting least recently used first, 'old' (50) is not enough and 'big' "
+           f"(400) is, so the plan is ['old', 'big']; got {out} - the list is least recently used first; evict in "
+           "that order and stop as soon as it fits")
+    loaded = [("x", 300 * MB), ("a", 100 * MB), ("b", 100 * MB), ("c", 100 * MB)]
+    what = _case(loaded, "x", 300 * MB, 800 * MB)
+    out = _plan(swap_plan, loaded, "x", 300 * MB, 800 * MB, what)
+    expect("x" not in out, f"{what}: the plan evicts 'x', the model being swapped (least recently used or not): its "
+                           f"old version keeps serving until the switch; got {out}")
+    expect(out == ["a"], f"{what}: 'x' is the least recently used but is being swapped, so skip it: 600 + 300 = "
+                         f"900 MiB, evict ['a'] to reach 800; got {out}")
+    loaded = [("a", 100 * MB), ("b", 100 * MB), ("x", 300 * MB), ("c", 100 * MB)]
+    for new_bytes, budget, want in [(500 * MB, 950 * MB, ["a", "b"]), (100 * MB, 700 * MB, []),
+                                    (100 * MB, 600 * MB, ["a"]), (300 * MB, 850 * MB, ["a"])]:
+        what = _case(loaded, "x", new_bytes, budget)
+        out = _plan(swap_plan, loaded, "x", new_bytes, budget, what)
+        expect(out == want, f"{what}: the plan should be {want}; got {out} - count every model still loaded, the old "
+                            "version of the swapped one included, plus the new version, against the budget you are "
+                            "given")
+
+
+@check(LAB, "refuses with SwapRefusedError when old + new cannot fit")
+def check_refuses(swap_plan):
+    refused = _refused_error()
+    for loaded, new_bytes, budget in [([("a", 100 * MB), ("x", 300 * MB)], 400 * MB, 600 * MB),
+                                      ([("x", 300 * MB)], 300 * MB, 600 * MB - 1)]:
+        what = _case(loaded, "x", new_bytes, budget)
+        try:
+            out = swap_plan(list(loaded), "x", new_bytes, budget)
+        except refused:
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
+            expect(False, f"{what}: raised {type(e).__name__}: {e}; raise ailab.server.registry.SwapRefusedError "
+                          "(the server turns exactly that into 409, and the old version keeps serving)")
+        else:
+            expect(False, f"{what}: old + new = {(300 * MB + new_bytes) // MB} MiB exceed the budget even with "
+                          f"everything else evicted: raise SwapRefusedError; it returned {out!r}")
+    loaded = [("a", 100 * MB), ("x", 300 * MB), ("b", 200 * MB)]
+    what = _case(loaded, "x", 300 * MB, 600 * MB)
+    out = _plan(swap_plan, loaded, "x", 300 * MB, 600 * MB, what)
+    expect(out == ["a", "b"], f"{what}: old + new = 600 MiB is exactly the budget, which fits once 'a' and 'b' are "
+                              f"evicted: ['a', 'b']; got {out}")
+
+
+@check(LAB, "a first load, and other sizes")
+def check_first_load_and_sizes(swap_plan):
+    loaded = [("a", 300 * MB), ("b", 300 * MB)]
+    what = _case(loaded, "c", 400 * MB, 800 * MB)
+    out = _plan(swap_plan, loaded, "c", 400 * MB, 800 * MB, what)
+    expect(out == ["a"], f"{what}: 'c' is not loaded yet, so only its new version needs room: 600 + 400 = 1000 MiB, "
+                         f"evict ['a']; got {out}")
+    expect(_plan(swap_plan, [], "c", 10 * MB, 20 * MB, "nothing loaded, a first load of 10 MiB in 20 MiB") == [],
+           "nothing loaded and a first load that fits: evict nothing, []")
+    gb = 2**30
+    loaded = [("llm-a", 14 * gb), ("llm-b", 14 * gb), ("enc", gb // 2)]
+    what = "loaded=[llm-a 14 GiB, llm-b 14 GiB, enc 0.5 GiB], swapping 'enc' to 0.5 GiB, budget 29 GiB"
+    out = _plan(swap_plan, loaded, "enc", gb // 2, 29 * gb, what)
+    expect(out == [], f"{what}: 28.5 + 0.5 = 29 GiB fits exactly; got {out}")
+    out = _plan(swap_plan, loaded, "enc", gb // 2 + 1, 29 * gb, what + " (new version one byte bigger)")
+    expect(out == ["llm-a"], f"{what}, new version one byte over 0.5 GiB: evict ['llm-a']; got {out}")

@@ -1,0 +1,164 @@
+"""The batching-ceiling exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (the largest batch taken as the best, batch times compared instead of
+per-item times, throughput for per-item time, the larger batch on a tie, the first key as the baseline, a
+ceiling below 1, a KeyError for a missing batch 1, a ceiling taken from another size, ...).
+"""
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_batching_ceiling as E
+
+
+def batching_ceiling(batch_ms):
+    if 1 not in batch_ms:
+        raise ValueError(f"batch 1 is missing from {sorted(batch_ms)}")
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    best = min(sorted(per), key=per.get)
+    return {"per_item_ms": per, "ceiling": per[1] / per[best], "best_batch": best}
+
+
+def batching_ceiling_alt(batch_ms):
+    """Also right: an explicit loop in ascending order with a strict comparison."""
+    if not batch_ms or 1 not in batch_ms:
+        raise ValueError("need a measurement at batch size 1")
+    per, best = {}, None
+    for b in sorted(batch_ms):
+        per[b] = batch_ms[b] / b
+        if best is None or per[b] < per[best]:
+            best = b
+    return {"per_item_ms": per, "ceiling": float(per[1] / per[best]), "best_batch": best}
+
+
+def _finish(per, best, baseline=1):
+    return {"per_item_ms": per, "ceiling": per[baseline] / per[best], "best_batch": best}
+
+
+def _need1(batch_ms):
+    if 1 not in batch_ms:
+        raise ValueError("batch 1 missing")
+
+
+def largest_batch(batch_ms):
+    """The chapter's formula: batch 1 against the largest batch measured."""
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    return _finish(per, max(per))
+
+
+def batch_times(batch_ms):
+    """Ranks and divides whole-batch times."""
+    _need1(batch_ms)
+    best = min(sorted(batch_ms), key=batch_ms.get)
+    return {"per_item_ms": {b: ms / b for b, ms in batch_ms.items()}, "ceiling": batch_ms[1] / batch_ms[best],
+            "best_batch": best}
+
+
+def throughput(batch_ms):
+    """Items per ms instead of ms per item."""
+    _need1(batch_ms)
+    per = {b: b / ms for b, ms in batch_ms.items()}
+    best = max(sorted(per), key=per.get)
+    return {"per_item_ms": per, "ceiling": per[best] / per[1], "best_batch": best}
+
+
+def tie_larger(batch_ms):
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    return _finish(per, min(sorted(per, reverse=True), key=per.get))
+
+
+def tie_dict_order(batch_ms):
+    """min over the dict as given: the first listed wins a tie."""
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    return _finish(per, min(per, key=per.get))
+
+
+def best_excludes_1(batch_ms):
+    """Looks for the best among the batched sizes only: batching that never helps gives a ceiling below 1."""
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    others = sorted(b for b in per if b != 1) or [1]
+    return _finish(per, min(others, key=per.get))
+
+
+def first_key_baseline(batch_ms):
+    """Takes the first key as one-at-a-time."""
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    best = min(sorted(per), key=per.get)
+    return _finish(per, best, baseline=next(iter(per)))
+
+
+def inverted(batch_ms):
+    out = batching_ceiling(batch_ms)
+    out["ceiling"] = 1 / out["ceiling"]
+    return out
+
+
+def key_error(batch_ms):
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    best = min(sorted(per), key=per.get) if per else None
+    return _finish(per, best)
+
+
+def smallest_as_baseline(batch_ms):
+    """No batch 1? Use the smallest batch measured."""
+    if not batch_ms:
+        raise ValueError("no batches")
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    best = min(sorted(per), key=per.get)
+    return _finish(per, best, baseline=min(per))
+
+
+def fixed_sizes(batch_ms):
+    """The example's sizes, whatever the input holds."""
+    _need1(batch_ms)
+    per = {b: batch_ms[b] / b for b in (1, 8, 32) if b in batch_ms}
+    best = min(sorted(per), key=per.get)
+    return _finish(per, best)
+
+
+def per_item_by_position(batch_ms):
+    """Divides by the position in sorted order instead of the batch size."""
+    _need1(batch_ms)
+    per = {b: batch_ms[b] / (i + 1) for i, b in enumerate(sorted(batch_ms))}
+    best = min(sorted(per), key=per.get)
+    return _finish(per, best)
+
+
+def stub(*a, **k):
+    raise NotImplementedError("write it")
+
+
+def test_right_answers_pass():
+    for fn in (batching_ceiling, batching_ceiling_alt):
+        E.check_per_item(fn)
+        E.check_ceiling_and_best(fn)
+        E.check_needs_batch_1(fn)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (E.check_per_item, throughput, r"should be \{1: 4.0, 8: 1.5, 32: 1.25\}"),
+    (E.check_per_item, fixed_sizes, "one entry per batch size of the input"),
+    (E.check_per_item, per_item_by_position, r"should be \{1: 4.0, 8: 1.5, 32: 1.25\}"),
+    (E.check_ceiling_and_best, largest_batch, "best_batch should be 8 .the lowest per-item time, not the largest"),
+    (E.check_ceiling_and_best, batch_times, "best_batch should be 8"),
+    (E.check_ceiling_and_best, tie_larger, "best_batch should be the smaller, 8"),
+    (E.check_ceiling_and_best, tie_dict_order, "best_batch should be the smaller, 8"),
+    (E.check_ceiling_and_best, best_excludes_1, "nothing beats batch 1"),
+    (E.check_ceiling_and_best, first_key_baseline, "the baseline is batch 1"),
+    (E.check_ceiling_and_best, inverted, "ceiling should be 10 / 3"),
+    (E.check_needs_batch_1, key_error, "raise ValueError saying so; your code raised KeyError"),
+    (E.check_needs_batch_1, smallest_as_baseline, "has no batch 1, but batching_ceiling returned"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+@pytest.mark.parametrize("chk", [E.check_per_item, E.check_ceiling_and_best, E.check_needs_batch_1])
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

@@ -1,0 +1,189 @@
+"""The length-bucketing exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (floor instead of ceil, a bucket's batches before the leader's,
+a constant instead of the argument, padding to the global longest, a mean of per-batch shares, ...).
+"""
+import math
+
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_bucket_batches as L
+
+
+def bucket_batches(lengths, width, max_batch):
+    waiting = list(range(len(lengths)))
+    batches = []
+    while waiting:
+        bucket = math.ceil(lengths[waiting[0]] / width)
+        batch = [i for i in waiting if math.ceil(lengths[i] / width) == bucket][:max_batch]
+        batches.append(batch)
+        waiting = [i for i in waiting if i not in batch]
+    return batches
+
+
+def padding_waste(batches, lengths):
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    real = sum(lengths[i] for b in batches for i in b)
+    return (slots - real) / slots if slots else 0.0
+
+
+def bucket_batches_alt(lengths, width, max_batch):
+    """Also right: queues per bucket (ailab's (length - 1) // width), the oldest head leads."""
+    from collections import OrderedDict, deque
+
+    queues = OrderedDict()
+    for i, n in enumerate(lengths):
+        queues.setdefault((int(n) - 1) // width if n > 0 else -1, deque()).append(i)
+    out = []
+    while queues:
+        key = min(queues, key=lambda k: queues[k][0])
+        q = queues[key]
+        out.append([q.popleft() for _ in range(min(max_batch, len(q)))])
+        if not q:
+            del queues[key]
+    return out
+
+
+def floor_bucket(lengths, width, max_batch):
+    waiting = list(range(len(lengths)))
+    out = []
+    while waiting:
+        b = lengths[waiting[0]] // width
+        batch = [i for i in waiting if lengths[i] // width == b][:max_batch]
+        out.append(batch)
+        waiting = [i for i in waiting if i not in batch]
+    return out
+
+
+def bucket_by_bucket(lengths, width, max_batch):
+    """All of the first bucket's batches, then the next bucket's: a rare length waits behind a popular one."""
+    groups = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(math.ceil(n / width), []).append(i)
+    return [g[k:k + max_batch] for g in groups.values() for k in range(0, len(g), max_batch)]
+
+
+def sorted_by_bucket(lengths, width, max_batch):
+    groups = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(math.ceil(n / width), []).append(i)
+    return [groups[b][k:k + max_batch] for b in sorted(groups) for k in range(0, len(groups[b]), max_batch)]
+
+
+def no_max_batch(lengths, width, max_batch):
+    return bucket_batches(lengths, width, len(lengths) or 1)
+
+
+def fixed_width(lengths, width, max_batch):
+    return bucket_batches(lengths, 16, max_batch)
+
+
+def sorts_by_length(lengths, width, max_batch):
+    """Sorts by length and cuts into chunks: not FIFO, and ignores the buckets."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[k:k + max_batch] for k in range(0, len(order), max_batch)]
+
+
+def lifo_in_bucket(lengths, width, max_batch):
+    return [list(reversed(b)) for b in bucket_batches(lengths, width, max_batch)]
+
+
+def sorts_in_place(lengths, width, max_batch):
+    out = bucket_batches(list(lengths), width, max_batch)
+    if isinstance(lengths, list):
+        lengths.sort()
+    return out
+
+
+def global_max_waste(batches, lengths):
+    longest = max(lengths) if lengths else 0
+    slots = sum(len(b) * longest for b in batches)
+    real = sum(lengths[i] for b in batches for i in b)
+    return (slots - real) / slots if slots else 0.0
+
+
+def mean_of_ratios(batches, lengths):
+    if not batches:
+        return 0.0
+    shares = [1 - sum(lengths[i] for i in b) / (len(b) * max(lengths[i] for i in b)) for b in batches]
+    return sum(shares) / len(shares)
+
+
+def over_real_tokens(batches, lengths):
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    real = sum(lengths[i] for b in batches for i in b)
+    return (slots - real) / real if real else 0.0
+
+
+def efficiency(batches, lengths):
+    return 1 - padding_waste(batches, lengths) if batches else 0.0
+
+
+def all_lengths_real(batches, lengths):
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    return (slots - sum(lengths)) / slots if slots else 0.0
+
+
+def percent(batches, lengths):
+    return 100 * padding_waste(batches, lengths)
+
+
+def no_empty_guard(batches, lengths):
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    return (slots - sum(lengths[i] for b in batches for i in b)) / slots
+
+
+def stub(*a, **k):
+    raise NotImplementedError("write it")
+
+
+def test_right_answers_pass():
+    for fn in (bucket_batches, bucket_batches_alt):
+        L.check_buckets(fn)
+        L.check_order_and_size(fn)
+        L.check_arguments_and_edges(fn)
+        res = L.check_bucketing_pays(fn, padding_waste)
+        assert res["buckets of 16"] < 0.5 * res["no buckets"]
+    L.check_waste(padding_waste)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_buckets, floor_bucket, r"a batch mixes buckets.*\[16, 17, 30\].*lengths 1..16 share one"),
+    (L.check_buckets, sorts_by_length, "a batch mixes buckets"),
+    (L.check_order_and_size, bucket_by_bucket, r"the oldest waiting request leads each batch.*got \[\[0, 2, 5\], \[7\]"),
+    (L.check_order_and_size, sorted_by_bucket, "the oldest waiting request leads each batch"),
+    (L.check_order_and_size, no_max_batch, "max_batch=3 but a batch holds more"),
+    (L.check_order_and_size, lifo_in_bucket, "keep their arrival order"),
+    (L.check_arguments_and_edges, fixed_width, r"width=5, max_batch=8: the batches should be.*the width you are given"),
+    (L.check_arguments_and_edges, sorts_in_place, "changed the lengths it was given"),
+    (L.check_waste, global_max_waste, r"2 of 11 slots are padding, 0.1818; got 0.2500"),
+    (L.check_waste, mean_of_ratios, r"0.1818; got 0.1250.*don't average per-batch shares"),
+    (L.check_waste, over_real_tokens, r"0.1818; got 0.2222.*not real tokens"),
+    (L.check_waste, efficiency, r"0.1818; got 0.8182"),
+    (L.check_waste, all_lengths_real, "request 1 is in no batch"),
+    (L.check_waste, percent, "not a percentage"),
+    (L.check_waste, no_empty_guard, "no batches.*ZeroDivisionError"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_bucketing_check_fails_without_buckets():
+    with pytest.raises(LabCheckFailed, match="should cut it to under half"):
+        L.check_bucketing_pays(lambda lengths, width, max_batch: bucket_batches(lengths, 10_000, max_batch),
+                               padding_waste)
+    with pytest.raises(LabCheckFailed, match="without buckets the padding share should be"):
+        L.check_bucketing_pays(bucket_batches, mean_of_ratios)
+
+
+@pytest.mark.parametrize("chk", [L.check_buckets, L.check_order_and_size, L.check_arguments_and_edges, L.check_waste])
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)
+
+
+def test_stub_fails_together():
+    with pytest.raises(LabCheckFailed):
+        L.check_bucketing_pays(stub, stub)

@@ -1,0 +1,156 @@
+"""The bytes-by-module exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (the state_dict, which lists a tied tensor twice and leaves out
+non-persistent buffers; parameters without buffers; a constant 4 bytes per element; elements instead of bytes;
+duplicates kept; per-child sums that double-count shared modules and miss the model's own tensors; groups from
+the tensor's name instead of its module's; `depth` ignored; a float result); each is rejected with the message
+that names it.
+"""
+from collections import defaultdict
+
+import pytest
+import torch
+from torch import nn
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_bytes_by_module as L
+
+
+def _group(name, depth):
+    return ".".join(name.split(".")[:-1][:depth])
+
+
+def bytes_by_module(model, depth=1):
+    out = defaultdict(int)
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        out[_group(name, depth)] += t.numel() * t.element_size()
+    return dict(out)
+
+
+def bytes_by_module_alt(model, depth=1):
+    """Also right: walk the modules, remember what was counted by identity."""
+    seen, out = set(), {}
+    for path, module in model.named_modules():
+        for t in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            key = ".".join(path.split(".")[:depth]) if path else ""
+            out[key] = out.get(key, 0) + t.nbytes
+    return out
+
+
+def _from(pairs, depth, size=lambda t: t.numel() * t.element_size(), key=_group):
+    out = defaultdict(int)
+    for name, t in pairs:
+        out[key(name, depth)] += size(t)
+    return dict(out)
+
+
+def from_state_dict(model, depth=1):
+    return _from(model.state_dict().items(), depth)
+
+
+def parameters_only(model, depth=1):
+    return _from(model.named_parameters(), depth)
+
+
+def four_bytes_each(model, depth=1):
+    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth, size=lambda t: t.numel() * 4)
+
+
+def counts_elements(model, depth=1):
+    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth, size=lambda t: t.numel())
+
+
+def keeps_duplicates(model, depth=1):
+    return _from(list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()), depth)
+
+
+def per_child(model, depth=1):
+    """Sums each child's tensors: a shared module counts twice, the model's own tensors not at all, depth ignored."""
+    return {name: sum(t.numel() * t.element_size() for t in list(child.parameters()) + list(child.buffers()))
+            for name, child in model.named_children()}
+
+
+def from_tensor_name(model, depth=1):
+    """Cuts the tensor's full name instead of its module's path."""
+    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth,
+                 key=lambda n, d: ".".join(n.split(".")[:d]))
+
+
+def ignores_depth(model, depth=1):
+    return bytes_by_module(model, 1)
+
+
+def float_values(model, depth=1):
+    return {k: float(v) for k, v in bytes_by_module(model, depth).items()}
+
+
+def last_name_wins(model, depth=1):
+    """Attributes a shared tensor to the last name it appears under."""
+    owner = {}
+    for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
+        owner[id(t)] = (name, t)
+    return _from(owner.values(), depth)
+
+
+def stub(*a, **k):
+    raise NotImplementedError("bytes_by_module() is not implemented yet")
+
+
+CHECKS = [L.check_bytes_and_buffers, L.check_tied, L.check_depth]
+
+
+@pytest.mark.parametrize("fn", [bytes_by_module, bytes_by_module_alt])
+def test_right_answers_pass(fn):
+    for chk in CHECKS:
+        chk(fn)
+
+
+def test_the_models_hold_what_the_checks_say():
+    assert bytes_by_module(L.toy()) == L.TOY
+    assert bytes_by_module(L.tied()) == L.TIED
+    for depth, expected in L.DEEP.items():
+        assert bytes_by_module(L.deep(), depth) == expected
+    assert sum(from_state_dict(L.tied()).values()) > sum(L.TIED.values())  # the trap is real
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_bytes_and_buffers, from_state_dict, r"group 'embeddings' should hold 3328 bytes; got 3200.*not persistent"),
+    (L.check_tied, from_state_dict, r"group 'lm_head' should hold 200 bytes; got 1400.*weight tying"),
+    (L.check_bytes_and_buffers, parameters_only, r"group 'embeddings' should hold 3328 bytes; got 3200"),
+    (L.check_bytes_and_buffers, four_bytes_each, r"group 'embeddings' should hold 3328 bytes; got 3264.*int64"),
+    (L.check_bytes_and_buffers, counts_elements, r"group 'embeddings' should hold 3328 bytes; got 816"),
+    (L.check_tied, keeps_duplicates, r"group 'lm_head' should hold 200 bytes; got 1400"),
+    (L.check_tied, per_child, r"group 'lm_head' should hold 200 bytes; got 1400.*weight tying"),
+    (L.check_depth, per_child, r"group '' \(tensors held by the model itself\) is missing"),
+    (L.check_depth, from_tensor_name, r"group '' .* is missing.*\['encoder', 'head', 'scale'\].*module path is ''"),
+    (L.check_depth, ignores_depth, r"depth=2: group 'encoder.layer' is missing"),
+    (L.check_bytes_and_buffers, float_values, r"a count of bytes is an int"),
+    (L.check_tied, last_name_wins, r"group 'embeddings' is missing.*the first name the model lists it under"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_a_module_registered_twice_is_named():
+    def counts_block_again(model, depth=1):
+        out = bytes_by_module(model, depth)
+        return {**out, "block_again": 168} if "block" in out else out
+    with pytest.raises(LabCheckFailed, match=r"block_again is the same module as block.*got 168 bytes"):
+        L.check_tied(counts_block_again)
+
+
+def test_a_bare_linear_is_one_group():
+    lone = nn.Linear(5, 3).to(torch.bfloat16)
+    assert bytes_by_module(lone) == {"": 36}
+    with pytest.raises(LabCheckFailed, match=r"no submodules: group '' .* is missing.*\['bias', 'weight'\]"):
+        L.check_depth(lambda m, d=1: from_tensor_name(m, d) if isinstance(m, nn.Linear) else bytes_by_module(m, d))
+
+
+@pytest.mark.parametrize("chk", CHECKS)
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

@@ -1,0 +1,133 @@
+"""The KV-budget exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (K or V forgotten, rounding to the nearest or up instead of down, a
+float, a constant where an argument belongs, blocks rounded down or always one more, blocks pooled across
+sequences, paging ignored, an off-by-one at the exact fit); each is rejected with the message that names it.
+"""
+import math
+
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_kv_budget as L
+
+
+def max_sequences(budget_bytes, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
+    return budget_bytes // (2 * layers * kv_heads * head_dim * dtype_bytes * tokens)
+
+
+def max_sequences_alt(budget_bytes, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """Also right: count blocks per sequence with math.ceil, then bytes per block."""
+    block = block_tokens or 1
+    blocks = math.ceil(seq_len / block)
+    per_block = 2 * layers * kv_heads * head_dim * dtype_bytes * block
+    return int(budget_bytes // (blocks * per_block))
+
+
+def _per_seq(layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None, kv=2):
+    tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
+    return kv * layers * kv_heads * head_dim * dtype_bytes * tokens
+
+
+def only_keys(budget, *shape, block_tokens=None):
+    return budget // _per_seq(*shape, block_tokens=block_tokens, kv=1)
+
+
+def rounds_to_nearest(budget, *shape, block_tokens=None):
+    return round(budget / _per_seq(*shape, block_tokens=block_tokens))
+
+
+def rounds_up(budget, *shape, block_tokens=None):
+    return math.ceil(budget / _per_seq(*shape, block_tokens=block_tokens))
+
+
+def returns_float(budget, *shape, block_tokens=None):
+    return float(max_sequences(budget, *shape, block_tokens=block_tokens))
+
+
+def fp16_always(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    return max_sequences(budget, layers, kv_heads, head_dim, seq_len, 2, block_tokens)
+
+
+def one_kv_head(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """Forgets the KV heads (as if one head held the whole hidden size of the notes' example)."""
+    return max_sequences(budget, layers, 2, head_dim, seq_len, dtype_bytes, block_tokens)
+
+
+def blocks_round_down(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    tokens = seq_len if block_tokens is None else max(1, seq_len // block_tokens) * block_tokens
+    return budget // (2 * layers * kv_heads * head_dim * dtype_bytes * tokens)
+
+
+def blocks_always_one_more(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    tokens = seq_len if block_tokens is None else (seq_len // block_tokens + 1) * block_tokens
+    return budget // (2 * layers * kv_heads * head_dim * dtype_bytes * tokens)
+
+
+def pooled_blocks(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """Counts the blocks the budget holds, then how many sequences' tokens those blocks add up to."""
+    if block_tokens is None:
+        return max_sequences(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes)
+    per_block = 2 * layers * kv_heads * head_dim * dtype_bytes * block_tokens
+    return (budget // per_block) * block_tokens // seq_len
+
+
+def ignores_blocks(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    return max_sequences(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes)
+
+
+def strict_fit(budget, *shape, block_tokens=None):
+    """Counts a sequence only when there is room to spare after it."""
+    per = _per_seq(*shape, block_tokens=block_tokens)
+    n = 0
+    while (n + 1) * per < budget:
+        n += 1
+    return n
+
+
+def stub(*a, **k):
+    raise NotImplementedError("max_sequences() is not implemented yet")
+
+
+CHECKS = [L.check_boundary, L.check_arguments, L.check_blocks]
+
+
+@pytest.mark.parametrize("fn", [max_sequences, max_sequences_alt])
+def test_right_answers_pass(fn):
+    for chk in CHECKS:
+        chk(fn)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_boundary, only_keys, r"exactly 5 sequences' worth .*: 5 sequence\(s\) fit; got 10.*key AND its value"),
+    (L.check_arguments, only_keys, r"12 sequences fit; got 24\. That is twice the right answer.*key AND its value"),
+    (L.check_boundary, rounds_to_nearest, r"one byte short of 5 sequences .*: 4 sequence\(s\) fit; got 5"),
+    (L.check_boundary, rounds_up, r"one byte short of 5 sequences .*: 4 sequence\(s\) fit; got 5"),
+    (L.check_boundary, returns_float, r"should return a whole number of sequences \(an int\); got float"),
+    (L.check_boundary, strict_fit, r"exactly 5 sequences' worth .*got 4"),
+    (L.check_arguments, fp16_always, r"Does your formula use dtype_bytes\?"),
+    (L.check_arguments, one_kv_head, r"Does your formula use kv_heads\?"),
+    (L.check_blocks, blocks_round_down, r"seq_len=200 in blocks of 16 tokens: each sequence holds 208"),
+    (L.check_blocks, blocks_always_one_more, r"seq_len=192 in blocks of 16 tokens: each sequence holds 192"),
+    (L.check_blocks, pooled_blocks, r"seq_len=200 in blocks of 16 tokens.*one byte short of 7 such.*fits 6; got 7"),
+    (L.check_blocks, ignores_blocks, r"seq_len=200 in blocks of 16 tokens: each sequence holds 208"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_pooling_has_its_own_message():
+    def pooled_only_when_shorter(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+        if block_tokens is not None and seq_len == 20:
+            return pooled_blocks(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
+        return max_sequences(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
+    with pytest.raises(LabCheckFailed, match=r"a block is never shared between sequences.*got 16"):
+        L.check_blocks(pooled_only_when_shorter)
+
+
+@pytest.mark.parametrize("chk", CHECKS)
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

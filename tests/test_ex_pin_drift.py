@@ -1,0 +1,202 @@
+"""The pin-drift exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (versions compared as text, names compared as written or only
+lower-cased, rows for matches or for unpinned packages, a missing package dropped or reported with a made-up
+version, the wrong sort key, a version string rewritten); each is rejected with the message that names it.
+"""
+import re
+
+import pytest
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_pin_drift as L
+
+
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pin_drift(installed, pins):
+    have = {norm(k): v for k, v in installed.items()}
+    rows = []
+    for name, pinned in pins.items():
+        inst = have.get(norm(name))
+        if inst is None:
+            rows.append({"package": norm(name), "pinned": pinned, "installed": None, "kind": "missing"})
+        elif Version(Version(inst).public) != Version(pinned):
+            rows.append({"package": norm(name), "pinned": pinned, "installed": inst, "kind": "differs"})
+    return sorted(rows, key=lambda r: r["package"])
+
+
+def pin_drift_alt(installed, pins):
+    """Also right: packaging's own helpers and a specifier."""
+    from packaging.specifiers import SpecifierSet
+
+    have = {canonicalize_name(k): v for k, v in installed.items()}
+    out = []
+    for name in sorted(pins, key=canonicalize_name):
+        key, inst = canonicalize_name(name), have.get(canonicalize_name(name))
+        if inst is None or not SpecifierSet(f"=={pins[name]}").contains(inst, prereleases=True):
+            out.append({"package": key, "pinned": pins[name], "installed": inst,
+                        "kind": "missing" if inst is None else "differs"})
+    return out
+
+
+def _generic(installed, pins, *, name=norm, same=lambda a, b: Version(Version(a).public) == Version(b),
+             missing=None, report_missing=True, key=lambda r: r["package"], report_same=False, show=lambda v: v):
+    have = {name(k): v for k, v in installed.items()}
+    rows = []
+    for pkg, pinned in pins.items():
+        inst = have.get(name(pkg))
+        if inst is None:
+            if report_missing:
+                rows.append({"package": name(pkg), "pinned": pinned, "installed": missing, "kind": "missing"})
+        elif report_same or not same(inst, pinned):
+            rows.append({"package": name(pkg), "pinned": pinned, "installed": show(inst), "kind": "differs"})
+    return sorted(rows, key=key)
+
+
+def text_compare(installed, pins):
+    return _generic(installed, pins, same=lambda a, b: a == b)
+
+
+def digits_compare(installed, pins):
+    """A hand-made parser: the numbers in the public version, padded with zeros (rc1 reads as .1)."""
+    def nums(v):
+        n = [int(x) for x in re.findall(r"\d+", v.split("+")[0])]
+        return n + [0] * (6 - len(n))
+    return _generic(installed, pins, same=lambda a, b: nums(a) == nums(b))
+
+
+def strip_local_only(installed, pins):
+    """Drops '+cpu' but still compares text: 1.0 vs 1.0.0 is reported."""
+    return _generic(installed, pins, same=lambda a, b: a.split("+")[0] == b)
+
+
+def names_as_written(installed, pins):
+    return _generic(installed, pins, name=lambda s: s)
+
+
+def names_lowercased(installed, pins):
+    return _generic(installed, pins, name=str.lower)
+
+
+def names_char_by_char(installed, pins):
+    """Replaces each separator on its own: a run of them is not one '-'."""
+    return _generic(installed, pins, name=lambda s: s.lower().replace("_", "-").replace(".", "-"))
+
+
+def names_no_dots(installed, pins):
+    return _generic(installed, pins, name=lambda s: s.lower().replace("_", "-"))
+
+
+def package_as_written(installed, pins):
+    rows = pin_drift(installed, pins)
+    written = {norm(k): k for k in pins}
+    return [{**r, "package": written[r["package"]]} for r in rows]
+
+
+def missing_dropped(installed, pins):
+    return _generic(installed, pins, report_missing=False)
+
+
+def missing_as_text(installed, pins):
+    return _generic(installed, pins, missing="not installed")
+
+
+def missing_is_differs(installed, pins):
+    return [{**r, "kind": "differs"} for r in pin_drift(installed, pins)]
+
+
+def unsorted(installed, pins):
+    return _generic(installed, pins, key=lambda r: 0)
+
+
+def sorted_by_pinned_version(installed, pins):
+    return _generic(installed, pins, key=lambda r: r["pinned"])
+
+
+def sorted_by_written_name(installed, pins):
+    written = {norm(k): k for k in pins}
+    return _generic(installed, pins, key=lambda r: written[r["package"]])
+
+
+def every_pin_reported(installed, pins):
+    return _generic(installed, pins, report_same=True)
+
+
+def unpinned_reported(installed, pins):
+    rows = pin_drift(installed, pins)
+    pinned = {norm(k) for k in pins}
+    rows += [{"package": norm(k), "pinned": None, "installed": v, "kind": "differs"} for k, v in installed.items()
+             if norm(k) not in pinned]
+    return sorted(rows, key=lambda r: r["package"])
+
+
+def installed_stripped(installed, pins):
+    return _generic(installed, pins, show=lambda v: Version(v).public)
+
+
+def pops_matches(installed, pins):
+    """Removes what it has checked from the caller's dict."""
+    rows = pin_drift(installed, pins)
+    for k in list(installed):
+        if norm(k) in {norm(p) for p in pins}:
+            del installed[k]
+    return rows
+
+
+def returns_names(installed, pins):
+    return [r["package"] for r in pin_drift(installed, pins)]
+
+
+def extra_field(installed, pins):
+    return [{**r, "ok": False} for r in pin_drift(installed, pins)]
+
+
+def stub(*a, **k):
+    raise NotImplementedError("pin_drift() is not implemented yet")
+
+
+CHECKS = [L.check_rows, L.check_names, L.check_versions]
+
+
+@pytest.mark.parametrize("fn", [pin_drift, pin_drift_alt])
+def test_right_answers_pass(fn):
+    for chk in CHECKS:
+        chk(fn)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_versions, text_compare, r"pinned '1\.0', installed '1\.0\.0': the same version"),
+    (L.check_versions, digits_compare, r"pinned '2\.0\.1', installed '2\.0rc1': different versions"),
+    (L.check_versions, strip_local_only, r"pinned '1\.0', installed '1\.0\.0'"),
+    (L.check_versions, installed_stripped, r"installed '2\.12\.0\+cpu': report both versions exactly as given"),
+    (L.check_names, names_as_written, r"are the same packages to pip"),
+    (L.check_names, names_lowercased, r"are the same packages to pip"),
+    (L.check_names, names_no_dots, r"are the same packages to pip"),
+    (L.check_names, names_char_by_char, r"a run of '-', '_', '\.' counts as one '-'"),
+    (L.check_names, package_as_written, r"the package field is the normalised name"),
+    (L.check_names, sorted_by_written_name, r"sorted by the \(normalised\) package name"),
+    (L.check_rows, missing_dropped, r"rows should be for scipy \(missing\) and torch \(differs\); got \['torch'\]"),
+    (L.check_rows, missing_as_text, r"its installed field should be None; got 'not installed'"),
+    (L.check_rows, missing_is_differs, r"kind should be 'missing'; got 'differs'"),
+    (L.check_rows, unsorted, r"sorted by package \(scipy before torch\)"),
+    (L.check_rows, sorted_by_pinned_version, r"every pin is a 'missing' row, sorted by package"),
+    (L.check_rows, every_pin_reported, r"numpy and plotly are installed at their pinned versions"),
+    (L.check_rows, unpinned_reported, r"requests is installed but not pinned"),
+    (L.check_rows, pops_matches, r"changed the dicts it was given"),
+    (L.check_rows, returns_names, r"each row should be a dict; got str"),
+    (L.check_rows, extra_field, r"exactly the keys"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+@pytest.mark.parametrize("chk", CHECKS)
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

@@ -1,0 +1,237 @@
+"""The reliable-queue exercise's checks pass the right answer and reject plausible wrong ones (real Redis).
+
+Each wrong answer is one class of mistake (a pop that loses the job, LIFO, a blocking move that never
+returns, a constant key, a non-atomic pop-then-push, a peek that moves nothing; an ack that removes all
+copies, the oldest job or the whole list; a reclaim that requeues at the back, in reverse, copies instead of
+moving, returns no count or reads-deletes-pushes); each is rejected with the message that names it.
+"""
+import shutil
+
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_reliable_queue as L
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs Debian's redis-server")
+
+
+def claim(r, queue, processing):
+    return r.lmove(queue, processing, "RIGHT", "LEFT")
+
+
+def claim_blocking(r, queue, processing):
+    return r.blmove(queue, processing, 0.2, "RIGHT", "LEFT")
+
+
+def ack(r, processing, job):
+    r.lrem(processing, 1, job)
+
+
+def reclaim(r, processing, queue):
+    n = 0
+    while r.lmove(processing, queue, "LEFT", "RIGHT") is not None:
+        n += 1
+    return n
+
+
+# claim ------------------------------------------------------------------------------------------------------
+def claim_pop(r, queue, processing):
+    """RPOP: no processing list, so a crash loses the job."""
+    return r.rpop(queue)
+
+
+def claim_lifo(r, queue, processing):
+    return r.lmove(queue, processing, "LEFT", "LEFT")
+
+
+def claim_forever(r, queue, processing):
+    return r.blmove(queue, processing, 0, "RIGHT", "LEFT")
+
+
+def claim_fixed_queue(r, queue, processing):
+    return r.lmove("ailab:jobs", processing, "RIGHT", "LEFT")
+
+
+def claim_pop_then_push(r, queue, processing):
+    """Two commands: a worker that dies between them has lost the job."""
+    job = r.rpop(queue)
+    if job is not None:
+        r.lpush(processing, job)
+    return job
+
+
+def claim_peek(r, queue, processing):
+    """Reads the oldest job and copies it, but leaves it in the queue."""
+    job = r.lindex(queue, -1)
+    if job is not None:
+        r.lpush(processing, job)
+    return job
+
+
+def claim_to_right(r, queue, processing):
+    return r.lmove(queue, processing, "RIGHT", "RIGHT")
+
+
+# ack ----------------------------------------------------------------------------------------------------------
+def ack_all_copies(r, processing, job):
+    r.lrem(processing, 0, job)
+
+
+def ack_oldest(r, processing, job):
+    r.rpop(processing)
+
+
+def ack_deletes_list(r, processing, job):
+    r.delete(processing)
+
+
+def ack_on_queue(r, processing, job):
+    r.lrem("ailab:jobs:processing", 1, job)
+
+
+def ack_noop(r, processing, job):
+    pass
+
+
+# reclaim ------------------------------------------------------------------------------------------------------
+def reclaim_to_back(r, processing, queue):
+    """Requeues at the producers' end: jobs that waited longest now wait behind everything else."""
+    n = 0
+    while r.lmove(processing, queue, "RIGHT", "LEFT") is not None:
+        n += 1
+    return n
+
+
+def reclaim_reversed(r, processing, queue):
+    n = 0
+    while r.lmove(processing, queue, "RIGHT", "RIGHT") is not None:
+        n += 1
+    return n
+
+
+def reclaim_copies(r, processing, queue):
+    jobs = r.lrange(processing, 0, -1)
+    for j in jobs:
+        r.rpush(queue, j)
+    return len(jobs)
+
+
+def reclaim_no_count(r, processing, queue):
+    reclaim(r, processing, queue)
+
+
+def reclaim_read_delete_push(r, processing, queue):
+    """LRANGE, DEL, then RPUSH one by one: a reclaimer that dies after DEL loses the jobs."""
+    jobs = r.lrange(processing, 0, -1)
+    r.delete(processing)
+    for j in jobs:
+        r.rpush(queue, j)
+    return len(jobs)
+
+
+def reclaim_one(r, processing, queue):
+    return 1 if r.lmove(processing, queue, "LEFT", "RIGHT") is not None else 0
+
+
+def stub(*a, **k):
+    raise NotImplementedError("not implemented yet")
+
+
+def test_right_answer_passes():
+    L.check_claim(claim)
+    L.check_ack(ack)
+    L.check_reclaim(claim, reclaim)
+    L.check_crash_safety(claim, ack, reclaim)
+
+
+def test_blocking_claim_with_a_timeout_passes():
+    L.check_claim(claim_blocking)
+    L.check_crash_safety(claim_blocking, ack, reclaim)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_claim, claim_pop, "must wait in the processing list until it is acked"),
+    (L.check_claim, claim_lifo, "the oldest, job-1, is at the right end.*returned 'job-3'"),
+    (L.check_claim, claim_forever, "did not return within 3 s.*0 means wait forever"),
+    (L.check_claim, claim_fixed_queue, "returned None"),
+    (L.check_claim, claim_peek, r"the queue should hold \['job-3', 'job-2'\]"),
+    (L.check_claim, claim_to_right, r"enter processing at its left end"),
+])
+def test_wrong_claims_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_non_atomic_claim_fails_crash_safety():
+    L.check_claim(claim_pop_then_push)  # it looks right while nothing dies
+    with pytest.raises(LabCheckFailed, match=r"died during claim\(\) after 1 Redis call.*one atomic command"):
+        L.check_crash_safety(claim_pop_then_push, ack, reclaim)
+    with pytest.raises(LabCheckFailed, match=r"died during claim\(\) after 0 Redis call.*hold \['c', 'b'\]|"
+                                             r"died during claim\(\).*not a, b, c"):
+        L.check_crash_safety(claim_pop, ack, reclaim)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (ack_all_copies, "one ack removes exactly one copy"),
+    (ack_oldest, r"ack\(job 'b'\) should leave \['c', 'a'\].*remove the job you are given"),
+    (ack_deletes_list, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
+    (ack_on_queue, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
+    (ack_noop, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
+])
+def test_wrong_acks_fail(wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        L.check_ack(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (reclaim_to_back, r"claimed next, in their old order \['j-0', 'j-1', 'j-2'\]; the next claims returned \['j-3'"),
+    (reclaim_reversed, r"in their old order \['j-0', 'j-1', 'j-2'\]; the next claims returned \['j-2', 'j-1', 'j-0'\]"),
+    (reclaim_copies, "processing list should be empty"),
+    (reclaim_no_count, r"should return 0 \(an int\); got None"),
+    (reclaim_one, "the dead worker held 3 jobs; reclaim.. returned 1"),
+])
+def test_wrong_reclaims_fail(wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        L.check_reclaim(claim, wrong)
+
+
+def test_read_delete_push_reclaim_fails_crash_safety():
+    L.check_reclaim(claim, reclaim_read_delete_push)  # it looks right while nothing dies
+    with pytest.raises(LabCheckFailed, match=r"the reclaimer died after 2 Redis call.*never read-delete-push"):
+        L.check_crash_safety(claim, ack, reclaim_read_delete_push)
+
+
+def test_wrong_ack_fails_end_to_end():
+    with pytest.raises(LabCheckFailed, match="processing list should hold 3"):
+        L.check_crash_safety(claim, ack_noop, reclaim)
+
+
+def test_stubs_fail():
+    for chk, args in [(L.check_claim, (stub,)), (L.check_ack, (stub,)), (L.check_reclaim, (claim, stub)),
+                      (L.check_reclaim, (stub, reclaim)), (L.check_crash_safety, (stub, ack, reclaim)),
+                      (L.check_crash_safety, (claim, ack, stub))]:
+        with pytest.raises(LabCheckFailed, match="not implemented yet"):
+            chk(*args)
+
+
+def claim_script(r, queue, processing):
+    """Also right: a Lua script (atomic on the server)."""
+    return r.eval("return redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')", 2, queue, processing)
+
+
+def reclaim_rpoplpush(r, processing, queue):
+    """Also right: one LMOVE per pipeline round trip."""
+    n = 0
+    while True:
+        with r.pipeline() as p:
+            p.lmove(processing, queue, "LEFT", "RIGHT")
+            (moved,) = p.execute()
+        if moved is None:
+            return n
+        n += 1
+
+
+def test_other_right_answers_pass():
+    L.check_claim(claim_script)
+    L.check_reclaim(claim_script, reclaim_rpoplpush)
+    L.check_crash_safety(claim_script, ack, reclaim_rpoplpush)

@@ -1,0 +1,166 @@
+"""The roofline exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (max instead of min, one roof only, a unit conversion, Python's min()
+on an array, a list back, a constant peak; the direction reversed, the ridge point counted as memory-bound, an
+integer division, a ridge with GFLOP/s converted but GB/s not, a constant ridge, other words); each is rejected
+with the message that names it.
+"""
+import numpy as np
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_roofline as L
+
+
+def attainable_gflops(intensity_flop_per_byte, peak_gflops, bandwidth_gb_s):
+    return np.minimum(peak_gflops, bandwidth_gb_s * intensity_flop_per_byte)
+
+
+def attainable_where(intensity, peak_gflops, bandwidth_gb_s):
+    """Also right: np.where on the ridge, keeping a plain float for a float."""
+    if np.ndim(intensity) == 0:
+        return float(min(peak_gflops, bandwidth_gb_s * intensity))
+    i = np.asarray(intensity, dtype=float)
+    return np.where(i < peak_gflops / bandwidth_gb_s, bandwidth_gb_s * i, peak_gflops)
+
+
+def bound(flops, bytes_moved, peak_gflops, bandwidth_gb_s):
+    return "memory" if flops / bytes_moved < peak_gflops / bandwidth_gb_s else "compute"
+
+
+def bound_alt(flops, bytes_moved, peak_gflops, bandwidth_gb_s):
+    """Also right: which roof is lower at this intensity."""
+    return "memory" if bandwidth_gb_s * (flops / bytes_moved) < peak_gflops else "compute"
+
+
+def att_max(i, peak, bw):
+    return np.maximum(peak, bw * i)
+
+
+def att_memory_roof_only(i, peak, bw):
+    return bw * np.asarray(i) if np.ndim(i) else bw * i
+
+
+def att_peak_only(i, peak, bw):
+    return np.full(np.shape(i), peak) if np.ndim(i) else peak
+
+
+def att_gibibytes(i, peak, bw):
+    """Reads GB/s as GiB/s."""
+    return np.minimum(peak, bw * 2**30 / 1e9 * np.asarray(i)) if np.ndim(i) else min(peak, bw * 2**30 / 1e9 * i)
+
+
+def att_unit_mixup(i, peak, bw):
+    """Converts the bandwidth to bytes per second but compares with GFLOP/s (peak never reached below)."""
+    return np.minimum(peak * 1e9, bw * 1e9 * i) / 1 if np.ndim(i) else min(peak * 1e9, bw * 1e9 * i)
+
+
+def att_python_min(i, peak, bw):
+    return min(peak, bw * i)
+
+
+def att_list(i, peak, bw):
+    return [min(peak, bw * x) for x in np.ravel(i)] if np.ndim(i) else min(peak, bw * i)
+
+
+def att_flat(i, peak, bw):
+    return np.array([min(peak, bw * x) for x in np.ravel(i)]) if np.ndim(i) else min(peak, bw * i)
+
+
+def att_fixed_peak(i, peak, bw):
+    return np.minimum(200.0, bw * i)
+
+
+def att_divides(i, peak, bw):
+    with np.errstate(divide="ignore"):
+        return np.minimum(peak, bw / np.asarray(i, dtype=float)) if np.ndim(i) else min(peak, bw / i if i else peak)
+
+
+def att_in_place(i, peak, bw):
+    if np.ndim(i):
+        i *= bw
+        return np.minimum(peak, i)
+    return min(peak, bw * i)
+
+
+def bound_reversed(flops, nbytes, peak, bw):
+    return "compute" if flops / nbytes < peak / bw else "memory"
+
+
+def bound_ridge_is_memory(flops, nbytes, peak, bw):
+    return "memory" if flops / nbytes <= peak / bw else "compute"
+
+
+def bound_floor_division(flops, nbytes, peak, bw):
+    return "memory" if flops // nbytes < peak / bw else "compute"
+
+
+def bound_half_converted(flops, nbytes, peak, bw):
+    return "memory" if flops / nbytes < peak * 1e9 / bw else "compute"
+
+
+def bound_fixed_ridge(flops, nbytes, peak, bw):
+    return "memory" if flops / nbytes < 4 else "compute"
+
+
+def bound_inverted_intensity(flops, nbytes, peak, bw):
+    return "memory" if nbytes / flops > bw / peak else "compute"
+
+
+def bound_words(flops, nbytes, peak, bw):
+    return bound(flops, nbytes, peak, bw) + "-bound"
+
+
+def bound_vs_peak(flops, nbytes, peak, bw):
+    """Compares the intensity with the peak itself, forgetting the bandwidth."""
+    return "memory" if flops / nbytes < peak else "compute"
+
+
+def stub(*a, **k):
+    raise NotImplementedError("not implemented yet")
+
+
+@pytest.mark.parametrize("att, bnd", [(attainable_gflops, bound), (attainable_where, bound_alt)])
+def test_right_answers_pass(att, bnd):
+    L.check_attainable_scalar(att)
+    L.check_attainable_array(att)
+    L.check_bound(bnd)
+
+
+def test_the_ridge_cases_are_exact():
+    assert 400 / 100 == 200.0 / 50.0 and 50.0 * (400 / 100) == 200.0
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_attainable_scalar, att_max, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 200"),
+    (L.check_attainable_scalar, att_memory_roof_only, r"intensity 8.0 .*right of the ridge: the peak.*got 400"),
+    (L.check_attainable_scalar, att_peak_only, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 200"),
+    (L.check_attainable_scalar, att_gibibytes, r"attainable is 25 GFLOP/s; got 26.8435\. Those are GiB/s"),
+    (L.check_attainable_scalar, att_unit_mixup, r"attainable is 25 GFLOP/s; got 2.5e\+10\. That is 1e9 times too much"),
+    (L.check_attainable_scalar, att_fixed_peak, r"a GPU .*use the peak and bandwidth you are given"),
+    (L.check_attainable_scalar, att_divides, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 100"),
+    (L.check_attainable_array, att_python_min, r"a 1-D array of intensities: your function raised ValueError.*element by element"),
+    (L.check_attainable_array, att_list, r"should give a numpy array back; got list"),
+    (L.check_attainable_array, att_flat, r"a 3 x 4 array of shape \(3, 4\) should give an array of the same shape; got \(12,\)"),
+    (L.check_attainable_array, att_in_place, r"changed the array of intensities"),
+    (L.check_bound, bound_reversed, r"1 FLOP per byte, far left of the ridge at 4.*is memory-bound; got 'compute'"),
+    (L.check_bound, bound_ridge_is_memory, r"exactly at the ridge .*is compute-bound; got 'memory'"),
+    (L.check_bound, bound_floor_division, r"3\.5 FLOP per byte.*rounding down"),
+    (L.check_bound, bound_half_converted, r"10 FLOP per byte, right of the ridge at 4.*compute-bound; got 'memory'"),
+    (L.check_bound, bound_fixed_ridge, r"the same 1024 x 1024 matmul .* on a GPU.*the ridge comes from"),
+    (L.check_bound, bound_vs_peak, r"10 FLOP per byte, right of the ridge at 4.*compute-bound; got 'memory'"),
+    (L.check_bound, bound_words, r"exactly 'memory' or 'compute'; got 'memory-bound'"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_an_inverted_intensity_with_an_inverted_ridge_is_right():
+    L.check_bound(bound_inverted_intensity)  # bytes/flops > bw/peak is the same test, written the other way
+
+
+@pytest.mark.parametrize("chk", [L.check_attainable_scalar, L.check_attainable_array, L.check_bound])
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

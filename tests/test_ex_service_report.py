@@ -1,0 +1,177 @@
+"""The service-report exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (accuracy over every request, degraded answers scored as wrong,
+only 5xx counted as errors, "degraded": False taken as degraded, 1.0 or a crash with nothing answered, zip
+silently truncating mismatched lengths, rates over the answered requests only, ...).
+"""
+import math
+
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_service_report as L
+
+
+def service_report(answers, labels):
+    if len(answers) != len(labels):
+        raise ValueError(f"{len(answers)} answers but {len(labels)} labels")
+    n = len(answers)
+    errors = sum(1 for a in answers if not isinstance(a, dict))
+    degraded = sum(1 for a in answers if isinstance(a, dict) and a.get("degraded"))
+    scored = [(a["label"], y) for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded")]
+    nan = float("nan")
+    return {"n": n, "error_rate": errors / n if n else nan, "degraded_rate": degraded / n if n else nan,
+            "accuracy": sum(p == y for p, y in scored) / len(scored) if scored else nan}
+
+
+def service_report_alt(answers, labels):
+    """Also right: one pass, counters, ints tested as statuses."""
+    if len(answers) != len(labels):
+        raise ValueError("lengths differ")
+    counts = {"error": 0, "degraded": 0, "ok": 0, "right": 0}
+    for a, y in zip(answers, labels):
+        if isinstance(a, int):
+            counts["error"] += 1
+        elif a.get("degraded", False) is True:
+            counts["degraded"] += 1
+        else:
+            counts["ok"] += 1
+            counts["right"] += int(a["label"] == y)
+    n = len(answers)
+    return {"n": n, "error_rate": counts["error"] / n if n else math.nan,
+            "degraded_rate": counts["degraded"] / n if n else math.nan,
+            "accuracy": counts["right"] / counts["ok"] if counts["ok"] else math.nan}
+
+
+def _with(**fields):
+    def wrong(answers, labels):
+        out = service_report(answers, labels)
+        for k, f in fields.items():
+            out[k] = f(answers, labels, out)
+        return out
+    return wrong
+
+
+def accuracy_over_all(answers, labels):
+    out = service_report(answers, labels)
+    right = sum(1 for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded") and a["label"] == y)
+    out["accuracy"] = right / len(answers) if answers else math.nan
+    return out
+
+
+def degraded_scored_as_wrong(answers, labels):
+    out = service_report(answers, labels)
+    answered = [(a, y) for a, y in zip(answers, labels) if isinstance(a, dict)]
+    out["accuracy"] = sum(a["label"] == y for a, y in answered) / len(answered) if answered else math.nan
+    return out
+
+
+def only_5xx(answers, labels):
+    out = service_report(answers, labels)
+    n = len(answers)
+    out["error_rate"] = sum(1 for a in answers if isinstance(a, int) and a >= 500) / n if n else math.nan
+    return out
+
+
+def degraded_key_present(answers, labels):
+    flagged = [dict(a, degraded=True) if isinstance(a, dict) and "degraded" in a else a for a in answers]
+    return service_report(flagged, labels)
+
+
+def perfect_when_nothing_answered(answers, labels):
+    out = service_report(answers, labels)
+    if math.isnan(out["accuracy"]):
+        out["accuracy"] = 1.0
+    return out
+
+
+def crashes_when_nothing_answered(answers, labels):
+    out = service_report(answers, labels)
+    scored = [(a["label"], y) for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded")]
+    out["accuracy"] = sum(p == y for p, y in scored) / len(scored)
+    return out
+
+
+def zip_truncates(answers, labels):
+    k = min(len(answers), len(labels))
+    return service_report(answers[:k], labels[:k])
+
+
+def zero_rates_when_empty(answers, labels):
+    out = service_report(answers, labels)
+    if not answers:
+        out.update(error_rate=0.0, degraded_rate=0.0, accuracy=0.0)
+    return out
+
+
+def rates_over_answered(answers, labels):
+    out = service_report(answers, labels)
+    answered = sum(1 for a in answers if isinstance(a, dict))
+    out["error_rate"] = (len(answers) - answered) / answered if answered else math.nan
+    return out
+
+
+def counts_not_rates(answers, labels):
+    out = service_report(answers, labels)
+    out["error_rate"] = sum(1 for a in answers if not isinstance(a, dict))
+    return out
+
+
+def wrong_error_type(answers, labels):
+    if len(answers) != len(labels):
+        raise IndexError("lengths differ")
+    return service_report(answers, labels)
+
+
+def pops_errors(answers, labels):
+    out = service_report(answers, labels)
+    for i in reversed(range(len(answers))):
+        if not isinstance(answers[i], dict):
+            answers.pop(i)
+    return out
+
+
+def stub(*a, **k):
+    raise NotImplementedError("write it")
+
+
+def test_right_answers_pass():
+    for fn in (service_report, service_report_alt):
+        L.check_rates(fn)
+        L.check_accuracy(fn)
+        L.check_edges(fn)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_rates, only_5xx, r"400 and 429 count, not only 5xx\): error_rate 0.3; got 0.1"),
+    (L.check_rates, degraded_key_present, r"\"degraded\": False is an ordinary answer\): degraded_rate 0.2; got 0.3"),
+    (L.check_rates, rates_over_answered, r"error_rate 0.3; got 0.428"),
+    (L.check_rates, counts_not_rates, r"error_rate 0.3; got 3"),
+    (L.check_rates, pops_errors, "changed the answers or labels it was given"),
+    (L.check_accuracy, accuracy_over_all, r"accuracy 0.8; got 0.4"),
+    (L.check_accuracy, degraded_scored_as_wrong, r"accuracy 0.8; got 0.571"),
+    (L.check_edges, perfect_when_nothing_answered, r"every request failed.*never 1.0 or 0.0; got 1.0"),
+    (L.check_edges, crashes_when_nothing_answered, r"every request failed.*your code raised ZeroDivisionError"),
+    (L.check_edges, zero_rates_when_empty, r"no requests: there is no rate of anything"),
+    (L.check_edges, zip_truncates, r"2 answers and 1 labels: the lengths differ.*raise ValueError; it returned"),
+    (L.check_edges, wrong_error_type, r"raised IndexError.*raise ValueError"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_a_missing_field_is_named():
+    def no_n(answers, labels):
+        out = service_report(answers, labels)
+        del out["n"]
+        return out
+
+    with pytest.raises(LabCheckFailed, match=r"the report has no \['n'\]"):
+        L.check_rates(no_n)
+
+
+@pytest.mark.parametrize("chk", [L.check_rates, L.check_accuracy, L.check_edges])
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

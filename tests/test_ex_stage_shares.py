@@ -1,0 +1,231 @@
+"""The stage-shares exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (a mean for a median, the upper middle of an even count, shares of
+the means or of the raw sums, percent for fractions, hard-coded stage names, the smallest stage as dominant,
+the last of a tie, an empty stage skipped or reported as 0, samples sorted in place, ...).
+"""
+import statistics
+
+import numpy as np
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_stage_shares as E
+
+
+def _finish(p50):
+    total = sum(p50.values())
+    return {"p50_ms": p50, "share": {k: v / total for k, v in p50.items()}, "dominant": max(p50, key=p50.get)}
+
+
+def stage_report(samples):
+    if not samples:
+        raise ValueError("no stages")
+    p50 = {}
+    for name, values in samples.items():
+        if len(values) == 0:
+            raise ValueError(f"stage {name!r} has no samples")
+        p50[name] = float(np.median(np.asarray(values, dtype=np.float64)))
+    return _finish(p50)
+
+
+def stage_report_alt(samples):
+    """Also right: statistics.median and an explicit loop for the dominant stage."""
+    if len(samples) == 0:
+        raise ValueError("nothing to report")
+    empty = [k for k, v in samples.items() if len(v) == 0]
+    if empty:
+        raise ValueError(f"no samples for {', '.join(empty)}")
+    p50 = {k: statistics.median(map(float, v)) for k, v in samples.items()}
+    total = sum(p50.values())
+    best = None
+    for k, v in p50.items():
+        if best is None or v > p50[best]:
+            best = k
+    return {"p50_ms": p50, "share": {k: v / total for k, v in p50.items()}, "dominant": best}
+
+
+def _checked(samples):
+    if not samples:
+        raise ValueError("no stages")
+    for name, values in samples.items():
+        if len(values) == 0:
+            raise ValueError(f"stage {name} has no samples")
+
+
+def report_mean(samples):
+    _checked(samples)
+    return _finish({k: float(np.mean(v)) for k, v in samples.items()})
+
+
+def report_upper_middle(samples):
+    """sorted(v)[n // 2]: right for an odd count, the upper middle for an even one."""
+    _checked(samples)
+    return _finish({k: float(sorted(v)[len(v) // 2]) for k, v in samples.items()})
+
+
+def report_unsorted_middle(samples):
+    """Takes the middle element without sorting."""
+    _checked(samples)
+    return _finish({k: float(list(v)[len(v) // 2]) for k, v in samples.items()})
+
+
+def report_shares_of_raw_sums(samples):
+    out = stage_report(samples)
+    sums = {k: float(np.sum(v)) for k, v in samples.items()}
+    out["share"] = {k: s / sum(sums.values()) for k, s in sums.items()}
+    return out
+
+
+def report_percent(samples):
+    out = stage_report(samples)
+    out["share"] = {k: 100 * v for k, v in out["share"].items()}
+    return out
+
+
+def report_share_of_largest(samples):
+    out = stage_report(samples)
+    top = max(out["p50_ms"].values())
+    out["share"] = {k: v / top for k, v in out["p50_ms"].items()}
+    return out
+
+
+def report_fixed_stages(samples):
+    """The notebook's three stage names, whatever the input holds."""
+    _checked(samples)
+    p50 = {k: float(np.median(samples[k])) for k in ("tokenize", "forward", "postprocess")}
+    return _finish(p50)
+
+
+def report_dominant_smallest(samples):
+    out = stage_report(samples)
+    out["dominant"] = min(out["p50_ms"], key=out["p50_ms"].get)
+    return out
+
+
+def report_dominant_by_mean(samples):
+    out = stage_report(samples)
+    out["dominant"] = max(samples, key=lambda k: np.mean(samples[k]))
+    return out
+
+
+def report_dominant_last_on_tie(samples):
+    out = stage_report(samples)
+    p50 = out["p50_ms"]
+    out["dominant"] = max(reversed(list(p50)), key=p50.get)
+    return out
+
+
+def report_dominant_share_value(samples):
+    """Returns the largest share instead of the stage's name."""
+    out = stage_report(samples)
+    out["dominant"] = max(out["share"].values())
+    return out
+
+
+def report_skips_empty(samples):
+    if not samples:
+        raise ValueError("no stages")
+    return _finish({k: float(np.median(v)) for k, v in samples.items() if len(v)})
+
+
+def report_zero_for_empty(samples):
+    if not samples:
+        raise ValueError("no stages")
+    return _finish({k: float(np.median(v)) if len(v) else 0.0 for k, v in samples.items()})
+
+
+def report_empty_without_name(samples):
+    if not samples or any(len(v) == 0 for v in samples.values()):
+        raise ValueError("a stage has no samples")
+    return stage_report(samples)
+
+
+def report_key_error(samples):
+    """Raises the wrong type for an empty stage."""
+    for name, values in samples.items():
+        if len(values) == 0:
+            raise KeyError(name)
+    return stage_report(samples)
+
+
+def report_empty_dict_ok(samples):
+    """An empty dict gives an empty report instead of an error."""
+    if not samples:
+        return {"p50_ms": {}, "share": {}, "dominant": None}
+    return stage_report(samples)
+
+
+def report_sorts_in_place(samples):
+    _checked(samples)
+    for v in samples.values():
+        v.sort()
+    return _finish({k: float(np.median(v)) for k, v in samples.items()})
+
+
+def report_numpy_scalar_median_of_percentile(samples):
+    """np.percentile with a nearest-rank method: not the median of an even count."""
+    _checked(samples)
+    return _finish({k: float(np.percentile(v, 50, method="lower")) for k, v in samples.items()})
+
+
+def stub(*a, **k):
+    raise NotImplementedError("write it")
+
+
+def test_right_answers_pass():
+    for fn in (stage_report, stage_report_alt):
+        E.check_medians(fn)
+        E.check_shares(fn)
+        E.check_errors(fn)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (E.check_medians, report_mean, r"should be their median, 1\.1.*moves a mean"),
+    (E.check_medians, report_upper_middle, "mean of the two middle values"),
+    (E.check_medians, report_numpy_scalar_median_of_percentile, "mean of the two middle values"),
+    (E.check_medians, report_unsorted_middle, r"should be their median, 1\.1; got 0\.9"),
+    (E.check_medians, report_fixed_stages, "your code raised KeyError"),
+    (E.check_medians, report_sorts_in_place, "changed the samples it was given"),
+    (E.check_shares, report_mean, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
+    (E.check_shares, report_shares_of_raw_sums, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
+    (E.check_shares, report_percent, "fractions in 0..1"),
+    (E.check_shares, report_share_of_largest, "should sum to 1"),
+    (E.check_shares, report_dominant_smallest, "dominant should be 'forward'"),
+    (E.check_shares, report_dominant_by_mean, "dominant should be 'forward'"),
+    (E.check_shares, report_dominant_last_on_tie, r"first of the tied stages.*got 'c'"),
+    (E.check_shares, report_dominant_share_value, "dominant should be 'forward'; got 0.75"),
+    (E.check_errors, report_skips_empty, "has an empty list of samples but stage_report returned"),
+    (E.check_errors, report_zero_for_empty, "has an empty list of samples but stage_report returned"),
+    (E.check_errors, report_empty_without_name, "the ValueError should name it"),
+    (E.check_errors, report_key_error, "raise ValueError naming it; your code raised KeyError"),
+    (E.check_errors, report_empty_dict_ok, r"stage_report\(\{\}\) returned"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+@pytest.mark.parametrize("chk", [E.check_medians, E.check_shares, E.check_errors])
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)
+
+
+def test_samples_from_a_fake_classifier():
+    class Timings:
+        tokenize_ms, forward_ms, postprocess_ms = 1.0, 2.0, 0.5
+
+    class Pred:
+        timings = Timings()
+
+    class Clf:
+        calls = 0
+
+        def predict(self, texts):
+            Clf.calls += 1
+            assert len(texts) == 4
+            return Pred()
+
+    out = E.samples_from(Clf(), ["a", "b", "c"], batch_size=4, iters=5, warmup=1)
+    assert Clf.calls == 6 and out == {"tokenize": [1.0] * 5, "forward": [2.0] * 5, "postprocess": [0.5] * 5}

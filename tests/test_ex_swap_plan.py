@@ -1,0 +1,160 @@
+"""The swap-plan exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (the old version not counted, the new one not counted, the swapped
+model evicted, most recently used first, biggest first, an off-by-one at the budget, a refusal returned or of the
+wrong type, a constant budget, the caller's list mutated, a first load that crashes, ...).
+"""
+import pytest
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_swap_plan as L
+from ailab.server.registry import SwapRefusedError
+
+
+def swap_plan(loaded, swapping, new_bytes, budget):
+    sizes = dict(loaded)
+    if sizes.get(swapping, 0) + new_bytes > budget:
+        raise SwapRefusedError(f"{swapping}: old and new versions exceed {budget} bytes")
+    used = sum(sizes.values()) + new_bytes
+    evict = []
+    for name, n in loaded:
+        if used <= budget:
+            break
+        if name != swapping:
+            evict.append(name)
+            used -= n
+    return evict
+
+
+def swap_plan_alt(loaded, swapping, new_bytes, budget):
+    """Also right: counts what is kept instead of what is evicted."""
+    others = [(n, b) for n, b in loaded if n != swapping]
+    old = sum(b for n, b in loaded if n == swapping)
+    for k in range(len(others) + 1):
+        if old + new_bytes + sum(b for _, b in others[k:]) <= budget:
+            return [n for n, _ in others[:k]]
+    raise SwapRefusedError("no room even alone")
+
+
+def forgets_old(loaded, swapping, new_bytes, budget):
+    """Counts the new version instead of the old one: the arithmetic of a plain reload, not a hot swap."""
+    return swap_plan([(n, b) for n, b in loaded if n != swapping], swapping, new_bytes, budget)
+
+
+def forgets_new(loaded, swapping, new_bytes, budget):
+    return swap_plan(loaded, swapping, 0, budget) if dict(loaded).get(swapping, 0) + new_bytes <= budget else \
+        swap_plan(loaded, swapping, new_bytes, budget)
+
+
+def evicts_swapping(loaded, swapping, new_bytes, budget):
+    used, evict = sum(b for _, b in loaded) + new_bytes, []
+    if dict(loaded).get(swapping, 0) + new_bytes > budget:
+        raise SwapRefusedError("too big")
+    for name, n in loaded:
+        if used <= budget:
+            break
+        evict.append(name)
+        used -= n
+    return evict
+
+
+def most_recent_first(loaded, swapping, new_bytes, budget):
+    return swap_plan(list(reversed(loaded)), swapping, new_bytes, budget)
+
+
+def biggest_first(loaded, swapping, new_bytes, budget):
+    return swap_plan(sorted(loaded, key=lambda nb: -nb[1]), swapping, new_bytes, budget)
+
+
+def strict_budget(loaded, swapping, new_bytes, budget):
+    """Needs strictly less than the budget: a plan that exactly fills it evicts one model too many."""
+    return swap_plan(loaded, swapping, new_bytes, budget - 1)
+
+
+def evicts_all_others(loaded, swapping, new_bytes, budget):
+    plan = swap_plan(loaded, swapping, new_bytes, budget)
+    return [n for n, _ in loaded if n != swapping] if plan else []
+
+
+def returns_everything_instead_of_refusing(loaded, swapping, new_bytes, budget):
+    try:
+        return swap_plan(loaded, swapping, new_bytes, budget)
+    except SwapRefusedError:
+        return [n for n, _ in loaded if n != swapping]
+
+
+def raises_value_error(loaded, swapping, new_bytes, budget):
+    try:
+        return swap_plan(loaded, swapping, new_bytes, budget)
+    except SwapRefusedError as e:
+        raise ValueError(str(e)) from None
+
+
+def refuses_when_everything_is_over(loaded, swapping, new_bytes, budget):
+    """Refuses whenever the total is over the budget, instead of evicting first."""
+    if sum(b for _, b in loaded) + new_bytes > budget:
+        raise SwapRefusedError("over budget")
+    return []
+
+
+def fixed_budget(loaded, swapping, new_bytes, budget):
+    return swap_plan(loaded, swapping, new_bytes, 1000 * L.MB)
+
+
+def pops_from_loaded(loaded, swapping, new_bytes, budget):
+    plan = swap_plan(loaded, swapping, new_bytes, budget)
+    for name in plan:
+        loaded.remove(next(x for x in loaded if x[0] == name))
+    return plan
+
+
+def first_load_crashes(loaded, swapping, new_bytes, budget):
+    old = dict(loaded)[swapping]
+    return swap_plan(loaded, swapping, new_bytes, budget) if old >= 0 else []
+
+
+def returns_pairs(loaded, swapping, new_bytes, budget):
+    plan = swap_plan(loaded, swapping, new_bytes, budget)
+    return [x for x in loaded if x[0] in plan]
+
+
+def stub(*a, **k):
+    raise NotImplementedError("write it")
+
+
+def test_right_answers_pass():
+    for fn in (swap_plan, swap_plan_alt):
+        L.check_fits(fn)
+        L.check_lru(fn)
+        L.check_refuses(fn)
+        L.check_first_load_and_sizes(fn)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_fits, forgets_old, r"budget 800 MiB minus 1 byte: 800 MiB does not fit.*got \[\]"),
+    (L.check_fits, forgets_new, r"one byte under 800 MiB"),
+    (L.check_fits, strict_budget, r"800 MiB fits; evict nothing, got \['a'\]"),
+    (L.check_fits, fixed_budget, r"minus 1 byte: 800 MiB does not fit one byte under 800 MiB.*got \[\]"),
+    (L.check_fits, pops_from_loaded, "changed the `loaded` list it was given"),
+    (L.check_fits, returns_pairs, "should return a list of model names"),
+    (L.check_lru, evicts_swapping, r"the plan evicts 'x', the model being swapped \(least recently used or not\)"),
+    (L.check_lru, most_recent_first, r"the plan is \['old', 'big'\]; got \['new', 'mid', 'big'\]"),
+    (L.check_lru, biggest_first, r"the plan is \['old', 'big'\]; got \['big'\]"),
+    (L.check_lru, evicts_all_others, r"stop as soon as it fits"),
+    (L.check_lru, forgets_old, r"so the plan is \['old', 'big'\]; got \[\]"),
+    (L.check_lru, refuses_when_everything_is_over, "swap_plan refused .* refuse only when the old and new versions"),
+    (L.check_refuses, returns_everything_instead_of_refusing, "raise SwapRefusedError; it returned"),
+    (L.check_refuses, raises_value_error, r"raised ValueError.*raise ailab.server.registry.SwapRefusedError"),
+    (L.check_refuses, strict_budget, r"swap_plan refused .*exactly the budget|refuse only when"),
+    (L.check_first_load_and_sizes, first_load_crashes, r"swapping 'c'.*your code raised KeyError"),
+    (L.check_first_load_and_sizes, strict_budget, r"29 GiB fits exactly"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+@pytest.mark.parametrize("chk", [L.check_fits, L.check_lru, L.check_refuses, L.check_first_load_and_sizes])
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

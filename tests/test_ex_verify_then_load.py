@@ -1,0 +1,242 @@
+"""The verify-then-load exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake (parse before verifying, with an unsafe or a safe loader; verify
+and then load unsafely; read the whole file; hash only the first chunk; a case-sensitive, prefix or
+substring comparison; an error that names nothing, of the wrong type, or swallowed; bytes returned, ...).
+"""
+import hashlib
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_verify_then_load as E
+from ailab.models import WeightsIntegrityError
+
+CHUNK = 1 << 20
+
+
+def _digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _refuse(path, actual, expected):
+    raise WeightsIntegrityError(f"refusing {path}: SHA-256 {actual}, expected {expected}")
+
+
+def verify_then_load(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def verify_then_load_alt(path, expected_sha256):
+    """Also right: its own existence check, a walrus loop, whitespace stripped from the digest."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsIntegrityError(f"{path} does not exist")
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(4 * CHUNK):
+            h.update(chunk)
+    if h.hexdigest() != expected_sha256.strip().lower():
+        raise WeightsIntegrityError(f"{path.name}: got {h.hexdigest()} want {expected_sha256}")
+    with path.open("rb") as f:
+        return torch.load(f, weights_only=True)
+
+
+def verify_file_digest(path, expected_sha256):
+    """Also right, and lean: hashlib.file_digest reads in chunks itself."""
+    with open(path, "rb") as f:
+        actual = hashlib.file_digest(f, "sha256").hexdigest()
+    if actual.lower() != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def load_then_verify(path, expected_sha256):
+    state = torch.load(path, weights_only=False)
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return state
+
+
+def safe_load_then_verify(path, expected_sha256):
+    """weights_only=True, but parsed before the hash is compared."""
+    state = torch.load(path, weights_only=True)
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return state
+
+
+def verify_then_unsafe_load(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=False)
+
+
+def verify_then_pickle(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    with open(path, "rb") as f:
+        return torch.load(f, pickle_module=pickle, weights_only=False)
+
+
+def whole_file(path, expected_sha256):
+    actual = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def first_chunk_only(path, expected_sha256):
+    with open(path, "rb") as f:
+        actual = hashlib.sha256(f.read(CHUNK)).hexdigest()
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def case_sensitive(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256:
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def prefix_compare(path, expected_sha256):
+    actual = _digest(path)
+    if not actual.startswith(expected_sha256.lower()):
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def short_compare(path, expected_sha256):
+    """Compares the first 12 characters, as a log line would show them."""
+    actual = _digest(path)
+    if actual[:12] != expected_sha256.lower()[:12]:
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def substring_compare(path, expected_sha256):
+    actual = _digest(path)
+    if expected_sha256.lower() not in actual:
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def silent_message(path, expected_sha256):
+    if _digest(path) != expected_sha256.lower():
+        raise WeightsIntegrityError("hash mismatch")
+    return torch.load(path, weights_only=True)
+
+
+def message_without_file(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        raise WeightsIntegrityError(f"SHA-256 {actual}, expected {expected_sha256}")
+    return torch.load(path, weights_only=True)
+
+
+def value_error(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        raise ValueError(f"refusing {path}: SHA-256 {actual}, expected {expected_sha256}")
+    return torch.load(path, weights_only=True)
+
+
+def swallows_missing(path, expected_sha256):
+    try:
+        return verify_then_load(path, expected_sha256)
+    except FileNotFoundError:
+        return None
+
+
+def returns_bytes(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return Path(path).read_bytes()
+
+
+def returns_nothing(path, expected_sha256):
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    torch.load(path, weights_only=True)
+
+
+def wraps_unpickling(path, expected_sha256):
+    """Turns the loader's refusal into an integrity error: the file's hash was fine."""
+    try:
+        return verify_then_load(path, expected_sha256)
+    except pickle.UnpicklingError as e:
+        raise WeightsIntegrityError(str(e)) from e
+
+
+def stub(*a, **k):
+    raise NotImplementedError("write it")
+
+
+CHECKS = [E.check_loads_trusted_file, E.check_refuses_mismatch, E.check_weights_only, E.check_missing_and_large]
+
+
+@pytest.mark.parametrize("fn", [verify_then_load, verify_then_load_alt, verify_file_digest])
+def test_right_answers_pass(fn):
+    for chk in CHECKS:
+        chk(fn)
+    assert not E.TRIPPED
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (E.check_loads_trusted_file, case_sensitive, "your code raised WeightsIntegrityError"),
+    (E.check_loads_trusted_file, first_chunk_only, "your code raised WeightsIntegrityError"),
+    (E.check_loads_trusted_file, returns_bytes, "returned the file's bytes"),
+    (E.check_loads_trusted_file, returns_nothing, "returned None"),
+    (E.check_refuses_mismatch, load_then_verify, "the refusal came after the file was unpickled - the payload ran"),
+    (E.check_refuses_mismatch, safe_load_then_verify, "the parser's refusal: the file was parsed before its hash"),
+    (E.check_refuses_mismatch, value_error, "raise ailab.models.WeightsIntegrityError; your code raised ValueError"),
+    (E.check_refuses_mismatch, silent_message, r"should name the file \(evil.pt\)"),
+    (E.check_refuses_mismatch, message_without_file, r"should name the file \(evil.pt\)"),
+    (E.check_refuses_mismatch, prefix_compare, "an empty expected digest: verify_then_load returned"),
+    (E.check_refuses_mismatch, substring_compare, "an empty expected digest: verify_then_load returned"),
+    (E.check_refuses_mismatch, short_compare, "differs from the file's in its last character only: verify_then_load "
+                                              "returned"),
+    (E.check_weights_only, verify_then_unsafe_load, "was loaded and its payload ran"),
+    (E.check_weights_only, verify_then_pickle, "was loaded and its payload ran"),
+    (E.check_weights_only, wraps_unpickling, "yet verify_then_load raised WeightsIntegrityError"),
+    (E.check_missing_and_large, swallows_missing, "on a missing file returned None"),
+    (E.check_missing_and_large, whole_file, "took 32 MiB of Python memory at its peak"),
+])
+def test_wrong_answers_fail(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)
+
+
+def test_the_tripwire_fires_on_an_unsafe_load(tmp_path):
+    E.TRIPPED.clear()
+    path = E._evil_file(tmp_path, "probe")
+    torch.load(path, weights_only=False)
+    assert E.TRIPPED == ["probe"]
+    E.TRIPPED.clear()
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
+    assert not E.TRIPPED
+
+
+@pytest.mark.parametrize("chk", CHECKS)
+def test_stub_fails(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)
