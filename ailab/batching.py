@@ -8,7 +8,8 @@ and memory is not multiplied by worker processes (torch releases the GIL inside 
 
 Admission control lives here too: a bounded queue (QueueFullError at once, not after a wait),
 per-request deadlines (DeadlineExceededError; expired requests are dropped before compute),
-priorities (higher first, FIFO within a level) and optional length bucketing.
+priorities (higher first, FIFO among equals; each level has its own bound, and a waiting request
+ages, so no level starves: batch_queue.py) and optional length bucketing.
 
 Failure paths stay bounded: a poisoned item fails alone, found by bisection (batch_isolation.py);
 an error in a hook or in the loop fails only the batch it hit; a caller that goes away leaves the
@@ -22,13 +23,13 @@ import itertools
 import logging
 import math
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from ailab.aio import run_sync  # noqa: F401 - re-exported: notebooks drive the batcher from sync code
 from ailab.batch_isolation import run_isolated
+from ailab.batch_queue import PriorityLevels
 from ailab.batch_types import (MAX_PRIORITY, MIN_PRIORITY, BatcherClosedError, BatcherDeadError,  # noqa: F401
                                BatcherError, BatcherStats, DeadlineExceededError, QueueFullError,
                                _check_priority, length_bucket)
@@ -44,7 +45,9 @@ class _Request:
     arrived: float
     cost: float
     bucket: Hashable
+    seq: int                   # submission order: FIFO among equal effective priorities
     state: str = "queued"      # queued -> running -> done | dropped
+    rank: tuple = ()           # dispatch key, set by PriorityLevels.push
 
 
 class DynamicBatcher:
@@ -53,27 +56,30 @@ class DynamicBatcher:
     fn runs on one worker thread. It must return one result per item, in order; a result that is
     an Exception instance fails only that item (e.g. "input too long"). If fn raises, the batch is
     bisected, so one poisoned input fails alone and its neighbours still succeed, in batches.
+
+    max_queue bounds all waiting requests; max_queue_per_priority (default: max_queue) bounds each
+    priority level, so a flood at one level cannot refuse another. age_s_per_level: a request's
+    effective priority grows by one level per that many seconds of waiting (None: strict priority).
     """
 
     def __init__(self, fn: Callable[[list], Sequence], max_batch_size: int = 32, max_wait_ms: float = 10.0,
                  max_queue: int = 1024, size_fn: Callable[[Any], float] | None = None,
                  max_batch_cost: float | None = None, bucket_fn: Callable[[Any], Hashable] | None = None,
                  worker_init: Callable[[], None] | None = None, on_batch: Callable[[int, list, float], None] | None = None,
-                 name: str = "batcher"):
+                 name: str = "batcher", max_queue_per_priority: int | None = None,
+                 age_s_per_level: float | None = 1.0):
         if not callable(fn):
             raise TypeError(f"DynamicBatcher(fn=...) needs a callable taking a list of items, got {type(fn).__name__}")
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
+        self._queue = PriorityLevels(max_queue, max_queue_per_priority, age_s_per_level)  # checks them
         if max_batch_cost is not None and size_fn is None:
             raise ValueError("max_batch_cost needs size_fn: say how much each item costs (e.g. its token count)")
         self.fn, self.name = fn, name
         self.max_queue, self.size_fn, self.max_batch_cost, self.bucket_fn = max_queue, size_fn, max_batch_cost, bucket_fn
+        self.max_queue_per_priority, self.age_s_per_level = self._queue.max_per_level, self._queue.age_s_per_level
         self.on_batch = on_batch
         self.max_batch_size, self.max_wait_ms = 1, 0.0
         self.configure(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
         self.stats = BatcherStats()
-        self._levels: dict[int, deque[_Request]] = {}   # priority -> FIFO of requests
-        self._queued = 0                                 # live requests waiting (not running, not dropped)
         self._running = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -101,8 +107,16 @@ class DynamicBatcher:
             self._wake.set()
 
     @property
+    def _queued(self) -> int:                            # live requests waiting (not running, not dropped)
+        return self._queue.total
+
+    @property
     def queue_depth(self) -> int:
         return self._queued
+
+    def room(self, priority: int = 0) -> int:
+        """How many more requests at `priority` would be queued now (an all-or-nothing check)."""
+        return self._queue.room(_check_priority(priority))
 
     @property
     def in_flight(self) -> int:
@@ -128,7 +142,8 @@ class DynamicBatcher:
         """Queue `item` and return its result.
 
         deadline: absolute time.monotonic() seconds; timeout: seconds from now (the earlier wins).
-        Raises QueueFullError at once when max_queue requests wait, DeadlineExceededError when the
+        Raises QueueFullError at once when its priority level or the whole queue is full (the
+        message names which bound), DeadlineExceededError when the
         deadline passes before the item was computed, BatcherDeadError when the collector has
         died, or whatever fn raised for this item. A cancelled caller leaves the queue.
         """
@@ -138,9 +153,9 @@ class DynamicBatcher:
                                    "It must be replaced by a new DynamicBatcher")
         if self._closing:
             raise BatcherClosedError(f"{self.name} is closed and takes no new requests")
-        if self._queued >= self.max_queue:
+        if (full := self._queue.refusal(priority)) is not None:
             self.stats.rejected += 1
-            raise QueueFullError(f"{self.name}: queue full ({self.max_queue} requests waiting); retry later")
+            raise QueueFullError(f"{self.name}: {full}; retry later")
         now = time.monotonic()
         limit = math.inf if deadline is None else float(deadline)
         if timeout is not None:
@@ -155,9 +170,8 @@ class DynamicBatcher:
             self._task.add_done_callback(self._collector_ended)
         req = _Request(item, loop.create_future(), priority, limit, now,
                        float(self.size_fn(item)) if self.size_fn else 1.0,
-                       self.bucket_fn(item) if self.bucket_fn else None)
-        self._levels.setdefault(req.priority, deque()).append(req)
-        self._queued += 1
+                       self.bucket_fn(item) if self.bucket_fn else None, next(self._seq))
+        self._queue.push(req)
         self._wake.set()
         try:
             if limit == math.inf:
@@ -178,16 +192,13 @@ class DynamicBatcher:
             raise
 
     def _drop(self, req: _Request) -> None:
+        self._queue.left(req)
         req.state = "dropped"
-        self._queued -= 1
 
     # ---- collecting ----------------------------------------------------------------------------
     def _live(self):
-        """Queued requests in dispatch order: higher priority first, FIFO within a level."""
-        for prio in sorted(self._levels, reverse=True):
-            for req in self._levels[prio]:
-                if req.state == "queued":
-                    yield req
+        """Queued requests in dispatch order: highest effective priority first, FIFO among equals."""
+        return iter(self._queue)
 
     def _head(self) -> _Request | None:
         return next(self._live(), None)
@@ -217,16 +228,9 @@ class DynamicBatcher:
             batch.append(req)
             cost += req.cost
         for req in batch:
+            self._queue.left(req)
             req.state = "running"
-        self._queued -= len(batch)
-        for prio in list(self._levels):   # compact: forget requests that left the queue
-            dq = self._levels[prio]
-            while dq and dq[0].state != "queued":
-                dq.popleft()
-            if len(dq) > 2 * max(self._queued, 16):
-                self._levels[prio] = deque(r for r in dq if r.state == "queued")
-            if not self._levels[prio]:
-                del self._levels[prio]
+        self._queue.compact()             # forget requests that left the queue
         return batch
 
     async def _collect_forever(self) -> None:
@@ -332,7 +336,7 @@ class DynamicBatcher:
         """Answer every still-unanswered request in `reqs` with a fresh error_type(message)."""
         for req in reqs:
             if req.state == "queued":
-                self._queued -= 1
+                self._queue.left(req)
             req.state = "dropped" if req.state == "queued" else "done"
             if not req.future.done():
                 err = error_type(message)
@@ -342,8 +346,8 @@ class DynamicBatcher:
     def _fail_pending(self, error_type: type, message: str, cause: BaseException | None = None) -> None:
         """Fail everything queued or running: nobody may be left awaiting a future no one will resolve."""
         self._fail([*self._live(), *self._batch], error_type, message, cause)
-        self._levels.clear()
-        self._batch, self._queued, self._running = [], 0, 0
+        self._queue.clear()
+        self._batch, self._running = [], 0
 
     def _collector_ended(self, task: asyncio.Task) -> None:
         """Done-callback of the collector task: however it ended, fail what it held, at once."""
