@@ -223,3 +223,35 @@ def build_seconds(fn, *args, **kwargs):
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     return out, time.perf_counter() - t0
+
+
+def nprobe_view(rows: list[TradeOff], nprobe: int) -> dict:
+    """The measured rows at `nprobe`: per approximate index its recall@10, p50 and speed-up over exact search."""
+    probes = sorted({r.nprobe for r in rows if r.nprobe is not None})
+    if nprobe not in probes:
+        raise ValueError(f"nprobe={nprobe!r} was not measured; choose one of {probes}")
+    exact = next((r for r in rows if r.nprobe is None), None)
+    out = {}
+    for r in rows:
+        if r.nprobe == nprobe:
+            out[r.name] = {"recall_at_10": r.recall_at_10, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "mbytes": r.mbytes,
+                           "speedup_vs_exact": exact.p50_ms / r.p50_ms if exact else None}
+    return out
+
+
+def nprobe_figure(rows: list[TradeOff], nprobe: int):
+    """Widget callback: the measured recall-vs-latency figure with the points at `nprobe` marked and read
+    out in the title. Replays measured rows; searches nothing."""
+    import plotly.graph_objects as go
+
+    view = nprobe_view(rows, nprobe)
+    fig = tradeoff_figure(rows)
+    fig.add_trace(go.Scatter(x=[v["p50_ms"] for v in view.values()], y=[v["recall_at_10"] for v in view.values()],
+                             mode="markers", name=f"nprobe={nprobe}",
+                             marker={"size": 18, "symbol": "circle-open", "color": "black", "line": {"width": 2}}))
+    parts = [f"{name}: recall {v['recall_at_10']:.2f} at {v['p50_ms']:.3f} ms" +
+             (f" ({v['speedup_vs_exact']:.1f}x exact's speed)" if v["speedup_vs_exact"] else "")
+             for name, v in view.items()]
+    measured_on = fig.layout.title.text.split("<br>", 1)[-1]
+    fig.update_layout(title={"text": f"nprobe={nprobe}: " + "; ".join(parts) + "<br>" + measured_on})
+    return fig

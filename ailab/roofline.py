@@ -7,6 +7,7 @@ All figures here are measured on this machine (warm-up excluded, medians, device
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -125,6 +126,9 @@ def classify(rows: list[dict], bandwidth_gbps: float, peak_gflops: float) -> lis
              "attainable_gflops": roofline(bandwidth_gbps, peak_gflops, r["intensity"])} for r in rows]
 
 
+ROOF_RANGE = (0.01, 1000.0)  # FLOP per byte: the x range every roofline figure here draws
+
+
 def roofline_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dict], title: str = "Roofline"):
     """Log-log roofline with the measured ops placed on it."""
     import numpy as np
@@ -132,7 +136,7 @@ def roofline_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dic
 
     from ailab.device import describe_hardware
 
-    xs = np.logspace(-2, 3, 60)
+    xs = np.logspace(np.log10(ROOF_RANGE[0]), np.log10(ROOF_RANGE[1]), 60)
     fig = go.Figure([go.Scatter(x=xs, y=[roofline(bandwidth_gbps, peak_gflops, x) for x in xs], mode="lines",
                                 name=f"roof: {bandwidth_gbps:.1f} GB/s, {peak_gflops:.0f} GFLOP/s")])
     for r in op_rows:
@@ -142,6 +146,37 @@ def roofline_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dic
     fig.update_yaxes(type="log", title="GFLOP/s")
     fig.update_layout(title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
                       template="plotly_white", height=480, showlegend=False)
+    return fig
+
+
+def attainable(bandwidth_gbps: float, peak_gflops: float, intensity: float, op_rows: list[dict] = ()) -> dict:
+    """What the roofline says at `intensity` FLOP/byte: attainable GFLOP/s, its share of the peak, which
+    roof limits it, the ridge point, and the measured op (of `op_rows`) whose intensity is nearest."""
+    lo, hi = ROOF_RANGE[0] * (1 - 1e-9), ROOF_RANGE[1] * (1 + 1e-9)   # a log slider's ends are off by rounding
+    if not (isinstance(intensity, (int, float)) and not isinstance(intensity, bool) and lo <= intensity <= hi):
+        raise ValueError(f"intensity must be a number of FLOP per byte in [{ROOF_RANGE[0]}, {ROOF_RANGE[1]}], "
+                         f"got {intensity!r}")
+    gflops = roofline(bandwidth_gbps, peak_gflops, intensity)
+    ridge = peak_gflops / bandwidth_gbps
+    nearest = min(op_rows, key=lambda r: abs(math.log(r["intensity"] / intensity)), default=None)
+    return {"intensity": float(intensity), "attainable_gflops": gflops, "share_of_peak": gflops / peak_gflops,
+            "bound": "memory" if intensity < ridge else "compute", "ridge": ridge,
+            "nearest_op": nearest["op"] if nearest else None}
+
+
+def attainable_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dict], intensity: float):
+    """Widget callback: the measured roofline and ops, with the point at `intensity` marked and its
+    attainable FLOP/s in the title. Redraws from numbers already measured; runs nothing."""
+    import plotly.graph_objects as go
+
+    a = attainable(bandwidth_gbps, peak_gflops, intensity, op_rows)
+    fig = roofline_figure(bandwidth_gbps, peak_gflops, op_rows,
+                          title=f"{intensity:.3g} FLOP/B: at most {a['attainable_gflops']:.1f} GFLOP/s "
+                                f"({a['share_of_peak']:.0%} of peak), {a['bound']}-bound; ridge at {a['ridge']:.1f} FLOP/B"
+                                + (f"; nearest measured op: {a['nearest_op']}" if a["nearest_op"] else ""))
+    fig.add_trace(go.Scatter(x=[intensity], y=[a["attainable_gflops"]], mode="markers", name="chosen intensity",
+                             marker={"size": 16, "symbol": "x", "color": "black"}))
+    fig.add_vline(x=a["ridge"], line_dash="dot")
     return fig
 
 

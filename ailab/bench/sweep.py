@@ -110,3 +110,33 @@ def rate_sweep(url: str, payloads: Sequence | None, rates_rps: Sequence[float], 
         raise ValueError(f"rates_rps must be positive numbers of requests per second (got {rates_rps!r})")
     results = [open_loop(url, payloads, float(r), duration_s, warmup_s, progress=False, **kw) for r in sorted(rates_rps)]
     return RateSweepResult(float(slo_p99_ms), float(max_error_rate), float(keep_up), results)
+
+
+def rate_view(points: Sequence[dict], offered_rps: float, slo_p99_ms: float, keep_up: float = 0.95) -> dict:
+    """What the offered-rate widget draws, replaying a rate sweep's measured `points` (RateSweepResult.points()):
+    goodput as a share of the offered rate and p99 as a share of the SLO, against the offered rate, on one
+    axis where 100 % is the line each must respect (goodput at least `keep_up` of it, p99 at most the SLO).
+    The title reads the measured point at `offered_rps`. Returns viz.line_chart kwargs.
+    """
+    pts = sorted(points, key=lambda p: p["offered_rps"])
+    rates = [p["offered_rps"] for p in pts]
+    chosen = [p for p in pts if math.isclose(p["offered_rps"], offered_rps, rel_tol=1e-9)]
+    if not chosen:
+        raise ValueError(f"offered_rps={offered_rps!r} was not measured; choose one of {rates}")
+    if not slo_p99_ms > 0:
+        raise ValueError(f"slo_p99_ms must be positive, got {slo_p99_ms!r}")
+    c = chosen[0]
+
+    def p99_share(p):
+        return None if math.isinf(p["p99_ms"]) else 100 * p["p99_ms"] / slo_p99_ms
+
+    verdict = ("keeps up" if c["keeps_up"] else "falls behind") + ", " + ("within" if c["within_slo"] else "breaks") + " the SLO"
+    p99 = "no answer" if math.isinf(c["p99_ms"]) else f"{c['p99_ms']:.0f} ms"
+    return {"x": rates,
+            "series": {"goodput, % of offered": [100 * p["rps"] / p["offered_rps"] for p in pts],
+                       f"p99, % of the {slo_p99_ms:g} ms SLO": [p99_share(p) for p in pts],
+                       "100 %": [100.0] * len(pts)},
+            "title": f"offered {c['offered_rps']:.1f} req/s: served {c['rps']:.1f} "
+                     f"({c['rps'] / c['offered_rps']:.0%}), p99 {p99}: {verdict}",
+            "x_title": "offered rate (requests/s, open loop)", "y_title": "%",
+            "subtitle": f"measured points replayed; keeping up means goodput >= {keep_up:.0%} of offered, no errors"}

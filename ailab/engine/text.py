@@ -239,3 +239,27 @@ def sentiment_runner(backend: str = "onnx", precision: str = "fp32", threads: in
         path = quantize_dynamic_int8(path)
     runner = OnnxRunner(path, threads=threads, name=f"onnx-sentiment-{precision}")
     return TextClassifierRunner(runner, tok, max_length, classes)
+
+
+STAGES = ("tokenize", "forward", "postprocess")
+
+
+def stage_view(rows: Sequence[dict], model: str, batch_size: int) -> dict:
+    """What the stage widget draws, replaying measured `rows` ({model, batch_size, tokenize, forward,
+    postprocess} in ms, from stage_breakdown's medians): each stage's share of the request time at every
+    batch size measured for `model`, titled with the chosen batch's milliseconds. Returns viz.bar_chart kwargs
+    (stack the bars)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    if model not in models:
+        raise ValueError(f"model {model!r} was not measured; choose one of {models}")
+    line = sorted((r for r in rows if r["model"] == model), key=lambda r: r["batch_size"])
+    sizes = [r["batch_size"] for r in line]
+    if batch_size not in sizes:
+        raise ValueError(f"batch_size={batch_size!r} was not measured for {model}; choose one of {sizes}")
+    c = next(r for r in line if r["batch_size"] == batch_size)
+    total = sum(c[s] for s in STAGES)
+    return {"categories": [f"batch {b}" for b in sizes],
+            "series": {s: [100 * r[s] / sum(r[t] for t in STAGES) for r in line] for s in STAGES},
+            "title": f"{model}, batch {batch_size}: " + ", ".join(f"{s} {c[s]:.2f} ms ({c[s] / total:.0%})" for s in STAGES)
+                     + f"; {total / batch_size:.2f} ms per text",
+            "y_title": "% of request time"}

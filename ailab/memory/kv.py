@@ -106,3 +106,47 @@ def simulate_lru(model_bytes: dict[str, int], requests: list[str], budget_bytes:
         peak = max(peak, sum(loaded.values()))
     return {"loads": loads, "hits": hits, "evictions": evictions, "peak_bytes": peak,
             "hit_rate": hits / len(requests) if requests else 0.0}
+
+
+def _unit(nbytes: float) -> tuple[str, int]:
+    for name, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return name, size
+    return "bytes", 1
+
+
+def kv_view(config: DecoderConfig, seq_len: int, batch: int, dtype="float16",
+            measured: dict | None = None) -> dict:
+    """What the KV-cache widget draws (arithmetic, not a measurement): the cache of `config` against
+    sequence length at `batch` in `dtype`, beside the weights in the same dtype, titled with the size at
+    `seq_len`. `measured` ({(seq_len, batch, dtype): bytes}) names a cache allocated for real; when the
+    chosen point is one, the title compares it with the formula. Returns viz.line_chart kwargs.
+    """
+    from ailab.memory.estimate import dtype_bytes, param_bytes
+
+    for name, value in (("seq_len", seq_len), ("batch", batch)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    if seq_len > config.max_context:
+        raise ValueError(f"seq_len={seq_len} is past {config.name}'s context window of {config.max_context} tokens")
+    dtype_bytes(dtype)  # a ValueError naming the known dtypes
+    chosen = config.kv_bytes(int(seq_len), int(batch), dtype)
+    lengths = sorted({n for n in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768) if n <= config.max_context}
+                     | {int(seq_len), config.max_context})
+    weights = param_bytes(int(config.params_billion * 1e9), dtype) if config.params_billion > 0 else 0
+    unit, size = _unit(max(config.kv_bytes(lengths[-1], int(batch), dtype), weights))
+    series = {f"KV cache, batch {batch}, {dtype}": [config.kv_bytes(n, int(batch), dtype) / size for n in lengths]}
+    if weights:
+        series[f"weights, {dtype}"] = [weights / size] * len(lengths)
+    cu, cs = _unit(chosen)
+    title = f"{config.name}, {seq_len} tokens x batch {batch}, {dtype}: KV cache {chosen / cs:.2f} {cu}"
+    if weights:
+        title += f" ({chosen / weights:.0%} of the weights)"
+    key = (int(seq_len), int(batch), dtype)
+    if measured and key in measured:
+        got = measured[key]
+        title += (f"; allocated for real here: {got:,} bytes, " +
+                  ("the formula's count exactly" if got == chosen else f"the formula says {chosen:,}"))
+    return {"x": lengths, "series": series, "title": title, "x_title": "tokens per sequence", "y_title": unit,
+            "subtitle": f"{config.name}: {config.layers} layers x {config.kv_heads} KV heads x {config.head_dim}; "
+                        "arithmetic on the config, not a measurement", "log_x": True}
