@@ -151,14 +151,15 @@ def test_best_within_slo_is_not_just_best_throughput():
 
 
 def test_capacity_knee_is_the_highest_rate_the_server_keeps_up_with():
-    def run(rate, served, lat):
-        recs = [(t, t, lat, 200) for t in np.linspace(0, 2, int(served * 2), endpoint=False)]
-        return LoadResult("open", "http://x/", None, float(rate), 2.0, 0.0, recs, 2.0)
+    def run(rate, capacity, lat):  # arrivals for 2 s, answered in order at `capacity` per second at most
+        recs = [(i / rate, i / rate, lat + 1e3 * max(0.0, i / capacity - i / rate), 200) for i in range(int(rate * 2))]
+        return LoadResult("open", "http://x/", None, float(rate), 2.0, 0.0, recs,
+                          max(2.0, max(r[0] + r[2] / 1e3 for r in recs)))
 
-    s = bench.RateSweepResult(500.0, 0.01, 0.95, [run(20, 20, 30), run(40, 40, 60), run(80, 60, 400)])
+    s = bench.RateSweepResult(500.0, 0.01, 0.9, [run(20, 20, 30), run(40, 40, 60), run(80, 60, 400)])
     assert s.capacity_knee["offered_rps"] == 40  # at 80/s only 60/s came back: the queue grows
     assert [p["keeps_up"] for p in s.points()] == [True, True, False]
-    assert bench.RateSweepResult(10.0, 0.01, 0.95, s.results).capacity_knee is None
+    assert bench.RateSweepResult(10.0, 0.01, 0.9, s.results).capacity_knee is None
 
 
 @pytest.mark.parametrize("kwargs, match", [
