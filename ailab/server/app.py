@@ -189,7 +189,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
             try:
                 if len(req.texts) == 1:
                     return entry, [await b.submit(req.texts[0], priority=priority, deadline=deadline)]
-                if b.queue_depth + len(req.texts) > b.max_queue:   # all or nothing: no half-served requests
+                if b.room(priority) < len(req.texts):   # all or nothing (total and per-level bounds): no half answers
                     b.stats.rejected += 1
                     raise QueueFullError(f"{len(req.texts)} texts do not fit in the queue")
                 tasks = [asyncio.ensure_future(b.submit(t, priority=priority, deadline=deadline)) for t in req.texts]
