@@ -96,7 +96,12 @@ def covered_topics(book: dict) -> set[str]:
     return {t for _, ch in chapters(book) for t in ch.get("topics") or []}
 
 
-SUPPORT_FILES = ("book.yml", "README.md", "pyproject.toml", "environment.yml", "Dockerfile", "monitoring")
+# What the notebooks read from the course root: the map (checked against solutions/ and labs/), the rules
+# file, the pins. Staged beside the pages, not listed in the book's table of contents.
+SUPPORT_FILES = ("book.yml", "README.md", "pyproject.toml", "environment.yml", "Dockerfile", "monitoring", "solutions")
+
+
+LAB_PATTERNS = ["labs/*", "*/labs/*"]   # shown as the learner gets them (stubs), never executed
 
 
 def chapter_header(ch: dict) -> str:
@@ -159,7 +164,7 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
             toc_parts.append({"caption": part["title"], "chapters": entries})
     toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
     config = {"title": book["title"], "author": book.get("author", "ailab"), "only_build_toc_files": True,
-              "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": ["labs/*"]},
+              "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": LAB_PATTERNS},
               "sphinx": {"config": {"html_show_copyright": False}}}
     (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
     (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
