@@ -1,5 +1,5 @@
 """book.yml is the course map: it and the disk must agree, and it must be usable by Jupyter Book."""
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -96,8 +96,6 @@ def test_every_chapter_page_opens_with_a_header_from_the_map(tmp_path):
             if ch.get(key):
                 assert f"ailab labs check {ch[key]}" in header.source
     config = yaml.safe_load((src / "_config.yml").read_text())["execute"]
-    from pathlib import PurePosixPath
-
     assert config["execute_notebooks"] == "cache"
     for _, ch in bk.chapters(b):   # myst-nb matches each pattern against the absolute path, from the right
         for key, excluded in (("notebook", False), ("lab", True), ("exercise", True)):
