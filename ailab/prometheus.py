@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ailab.monitoring import parse_duration
-from ailab.services import ServiceError, _wait_until, free_port
+from ailab.services import ServiceError, _wait_until, free_port, stop_process
 
 _INSTALL = "Install Debian's Prometheus: `apt-get install -y prometheus` (it brings promtool too)."
 
@@ -88,13 +88,7 @@ class PrometheusServer:
         return httpx.get(self.url + "/api/v1/query", params={"query": promql}, timeout=5).json()["data"]["result"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, timeout_s=10.0)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self):

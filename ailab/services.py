@@ -52,6 +52,17 @@ def _wait_until(ready, timeout_s: float, proc: subprocess.Popen | None, what: st
     raise ServiceError(f"{what} did not become ready within {timeout_s:.0f} s (last error: {last}). Log:\n{_tail(log)}")
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
+    """SIGTERM (a server finishes what it holds), then SIGKILL if it has not exited within `timeout_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 def _tail(log: Path | None, n: int = 20) -> str:
     if log is None or not log.exists():
         return "(no log)"
@@ -80,13 +91,7 @@ class RedisServer:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self):
@@ -246,13 +251,7 @@ class ServerProcess:
         return self.proc.pid
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: the server drains in-flight requests, then exits
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, timeout_s)  # SIGTERM first: the server drains in-flight requests, then exits
         try:
             self.log.unlink()
         except FileNotFoundError:
