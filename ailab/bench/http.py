@@ -54,22 +54,35 @@ class Target:
         return cls(url, parts.hostname, port, path, tls, tuple(heads), tuple(bodies))
 
 
+class _StaleConnection(Exception):
+    """A reused keep-alive connection was closed by the server before it answered (its idle timeout)."""
+
+
 class Connection:
     """One keep-alive connection, reopened after any failure."""
 
     def __init__(self, target: Target, timeout_s: float, connect_timeout_s: float):
         self.target, self.timeout_s, self.connect_timeout_s = target, timeout_s, connect_timeout_s
         self.reader = self.writer = None
+        self.opened = 0          # connections opened so far (reopens after failures included)
 
     async def _open(self):
         t = self.target
         ctx = ssl.create_default_context() if t.tls else None
         self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(t.host, t.port, ssl=ctx),
                                                           self.connect_timeout_s)
+        self.opened += 1
 
-    async def _exchange(self, i: int) -> int:
-        self.writer.write(self.target.heads[i] + self.target.bodies[i])
-        header = await self.reader.readuntil(b"\r\n\r\n")
+    async def _exchange(self, i: int, reused: bool) -> int:
+        try:
+            self.writer.write(self.target.heads[i] + self.target.bodies[i])
+            header = await self.reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            # Not one byte of an answer on a connection that sat idle: the server dropped it at its
+            # keep-alive timeout (uvicorn: 5 s) while it waited in the pool. Not the request's failure.
+            if reused and not getattr(e, "partial", b""):
+                raise _StaleConnection from None
+            raise
         status = int(header[9:12])
         lower = header.lower()
         length, chunked = 0, b"transfer-encoding: chunked" in lower
@@ -87,14 +100,26 @@ class Connection:
         return status
 
     async def send(self, i: int) -> int | str:
-        """Send body `i` and read the whole answer; the status, or what went wrong."""
+        """Send body `i` and read the whole answer; the status, or what went wrong. A reused connection
+        that the server had already closed is reopened and the request sent once more on the new one
+        (as browsers and Go's net/http do); any other failure is the answer."""
         try:
-            if self.writer is None:
+            return await self._send(i)
+        except _StaleConnection:
+            self.close()
+            return await self._send(i)
+
+    async def _send(self, i: int) -> int | str:
+        try:
+            reused = self.writer is not None
+            if not reused:
                 try:
                     await self._open()
                 except (OSError, asyncio.TimeoutError):
                     return "connect_error"
-            return await asyncio.wait_for(self._exchange(i), self.timeout_s)
+            return await asyncio.wait_for(self._exchange(i, reused), self.timeout_s)
+        except _StaleConnection:
+            raise
         except asyncio.TimeoutError:
             self.close()
             return "timeout"

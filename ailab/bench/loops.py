@@ -118,9 +118,8 @@ async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, durati
     # Exponential gaps between arrivals = a Poisson process (independent users, not a metronome).
     intended = np.cumsum(rng.exponential(1.0 / rate_rps, size=int(rate_rps * end * 1.5) + 16))
     intended = intended[intended < end]
-    pool: asyncio.Queue = asyncio.Queue()
-    for _ in range(max_in_flight):
-        pool.put_nowait(None)          # a free slot; its sender is made on first use
+    slots = asyncio.Semaphore(max_in_flight)
+    idle: list = []    # senders not in use; the last one back goes out first, so its connection is warm
     senders = []
     records: list[Record] = []
     t0 = time.perf_counter()
@@ -129,13 +128,18 @@ async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, durati
         # An event loop's timers are coarser than perf_counter (uvloop's: 1 ms) and may wake a hair early.
         while (wait := at - (time.perf_counter() - t0)) > 0:
             await asyncio.sleep(wait)
-        sender = await pool.get()       # waiting for a free slot counts as latency: it is timed from `at`
-        if sender is None:
+        await slots.acquire()           # waiting for a free slot counts as latency: it is timed from `at`
+        if idle:
+            sender = idle.pop()
+        else:                           # a new connection only when every open one is busy
             sender = make_sender()
             senders.append(sender)
         sent = time.perf_counter() - t0
-        status = await sender.send(i % n_bodies)
-        pool.put_nowait(sender)
+        try:
+            status = await sender.send(i % n_bodies)
+        finally:
+            idle.append(sender)
+            slots.release()
         if at >= warmup_s:
             # From the intended time (a late send counts its wait), never from before the request existed.
             records.append(Record(float(at), sent, (time.perf_counter() - t0 - min(at, sent)) * 1e3, status))
