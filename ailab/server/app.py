@@ -60,6 +60,8 @@ class ServerConfig:
     max_model_bytes: int | None = None
     max_rss_bytes: int | None = None   # memory watermark: above it, 503 instead of taking more work
     torch_threads: int | None = None   # intra-op threads for each model's worker thread
+    length_bucket_tokens: int | None = None  # batch together only texts whose word-piece counts fall in the same
+                                       # band of this width, so a short text is not padded to a long one; None = off
     retry_after_s: int = 1
     warmup: bool = True
 
@@ -69,6 +71,10 @@ class ServerConfig:
         for name in ("max_queue", "max_body_bytes", "max_items", "max_chars", "max_batch_size", "max_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.length_bucket_tokens is not None and not (isinstance(self.length_bucket_tokens, int)
+                                                          and self.length_bucket_tokens >= 1):
+            raise ValueError(f"length_bucket_tokens must be a whole number of word pieces, at least 1, or None "
+                             f"(got {self.length_bucket_tokens!r})")
         for name in ("request_timeout_s", "body_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
@@ -155,7 +161,8 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
 
     registry = ModelRegistry(models, default_model, config.max_models, config.max_model_bytes,
                              {"max_batch_size": config.max_batch_size, "max_wait_ms": config.max_wait_ms,
-                              "max_queue": config.max_queue}, config.torch_threads, metrics.on_batch, on_load,
+                              "max_queue": config.max_queue, "length_bucket_tokens": config.length_bucket_tokens},
+                             config.torch_threads, metrics.on_batch, on_load,
                              config.warmup)
     state = holder["state"] = ServerState(config, registry, metrics)
     holder["reg"] = registry

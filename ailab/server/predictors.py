@@ -62,6 +62,10 @@ class TextClassifierPredictor:
         truncated = [bool(e.overflowing) for e in enc.encodings]  # fast tokenizer keeps what it cut off
         return int64_inputs(enc), truncated                        # (B, T) int64 each
 
+    def count_tokens(self, text: str) -> int:
+        """Word pieces this text costs in a batch (after truncation): what padding is measured in."""
+        return len(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
+
     def __call__(self, texts: list[str]) -> list:
         batch, truncated = self.tokenize(list(texts))
         out: list = [None] * len(texts)

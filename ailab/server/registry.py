@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ailab.batch_types import length_bucket
 from ailab.batching import DynamicBatcher
 
 
@@ -128,6 +129,12 @@ class ModelRegistry:
             raise ModelLoadError(f"loading model {name!r} failed: {type(e).__name__}: {e}") from e
         load_s = time.perf_counter() - t0
         kw = dict(self.batcher_kwargs)
+        width = kw.pop("length_bucket_tokens", None)
+        if width is not None:
+            if not callable(getattr(predictor, "count_tokens", None)):
+                raise ModelLoadError(f"model {name!r} cannot count its word pieces (no count_tokens), so "
+                                     f"length_bucket_tokens={width} cannot bucket its texts; unset it for this model")
+            kw["bucket_fn"] = length_bucket(width, predictor.count_tokens)
         batcher = DynamicBatcher(predictor, worker_init=_worker_init(self.torch_threads), on_batch=self.on_batch,
                                  name=f"batcher-{name}", **kw)
         try:

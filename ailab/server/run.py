@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests inside the server at once (probes and /metrics exempt); beyond it, 503 at once")
     p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
     p.add_argument("--torch-threads", type=int, default=None)
+    p.add_argument("--length-bucket-tokens", type=int, default=None,
+                   help="batch together only texts whose word-piece counts fall in the same band of this "
+                        "width, so short texts are not padded to long ones (default off)")
     p.add_argument("--quiet", action="store_true", help="no JSON access log on stderr")
     return p
 
@@ -155,7 +158,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     app = create_app(models, default, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                      max_queue=args.max_queue, request_timeout_s=args.timeout_s, too_long=args.too_long,
                      api_key=args.api_key, torch_threads=args.torch_threads, body_timeout_s=args.body_timeout_s,
-                     max_concurrency=args.max_concurrency,
+                     max_concurrency=args.max_concurrency, length_bucket_tokens=args.length_bucket_tokens,
                      fallback={"label": args.fallback_label, "score": None} if args.fallback_label else None)
     print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
     handle = start_in_thread(app, args.host, args.port, log_level="warning",
