@@ -59,18 +59,39 @@ def predictor():
     return sentiment_predictor()
 
 
+TUNED = {"max_batch_size": 32, "max_wait_ms": 10, "length_bucket_tokens": 16}
+
+
+def test_workload_mixes_short_texts_with_long_ones(predictor):
+    tokens = [predictor.count_tokens(t) for t in lab.workload_texts()]
+    long_share = sum(n >= predictor.max_length for n in tokens) / len(tokens)
+    assert abs(long_share - lab.LONG_SHARE) < 0.02 and sorted(tokens)[len(tokens) // 2] <= 16
+
+
 def test_live_check_passes_a_tuned_service(predictor):
-    result = lab.check_service_meets_slo({"max_batch_size": 32, "max_wait_ms": 10}, predictor)
+    result = lab.check_service_meets_slo(TUNED, predictor)
     assert result.stats.p99_ms <= lab.P99_BOUND_MS
 
 
-def test_live_check_rejects_a_service_with_a_long_batch_wait(predictor):
-    """Every request waits up to 600 ms for its batch to fill: p99 breaks the 500 ms bound."""
-    with pytest.raises(LabCheckFailed, match="p99"):
-        lab.check_service_meets_slo({"max_batch_size": 64, "max_wait_ms": 600}, predictor)
+@pytest.mark.parametrize("name, settings, match", [
+    ("the server's defaults (tunes nothing): batches padded to their longest text", {"max_queue": 256}, "padded"),
+    ("no batching", {"max_batch_size": 1}, "several requests"),
+    ("a long batch wait, even with like lengths together",
+     {"max_batch_size": 64, "max_wait_ms": 600, "length_bucket_tokens": 16}, "p99"),
+])
+def test_live_check_rejects_naive_choices(predictor, name, settings, match):
+    with pytest.raises(LabCheckFailed, match=match):
+        lab.check_service_meets_slo(settings, predictor)
+
+
+@pytest.mark.parametrize("settings", [{"length_bucket_tokens": 0}, {"length_bucket_tokens": True},
+                                      {"length_bucket_tokens": 8.5}])
+def test_settings_check_rejects_a_malformed_bucket_width(settings):
+    with pytest.raises(LabCheckFailed, match="length_bucket_tokens"):
+        lab.check_service_settings(settings)
 
 
 def test_settings_checks_take_the_learners_function():
-    lab.check_service_settings(lambda: {"max_batch_size": 32, "max_wait_ms": 10})
+    lab.check_service_settings(lambda: TUNED)
     with pytest.raises(LabCheckFailed, match="not implemented"):
         lab.check_service_settings(stub)
