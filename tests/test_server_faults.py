@@ -12,6 +12,7 @@ import pytest
 
 from ailab.server import SwapRefusedError, create_app, serve_main, start_in_thread
 from ailab.server.protocol import diagnose
+from ailab.server.config import config_from_args
 from ailab.server.run import build_parser, exposure_problem
 from test_server_helpers import SlowPredictor, tiny
 
@@ -261,7 +262,7 @@ def test_concurrency_limit_answers_503_beyond_it_and_recovers():
 def test_limits_are_on_the_command_line_and_in_the_config():
     args = build_parser().parse_args(["--body-timeout-s", "2.5", "--max-concurrency", "64"])
     assert args.body_timeout_s == 2.5 and args.max_concurrency == 64
-    defaults = build_parser().parse_args([])
+    defaults = config_from_args(build_parser().parse_args([]))
     assert defaults.body_timeout_s == 10.0 and defaults.max_concurrency == 512
     from ailab.server import ServerConfig
 
@@ -293,7 +294,8 @@ def test_public_bind_allowed_with_a_key_or_the_flag(monkeypatch):
     assert exposure_problem("localhost", None) is None
     monkeypatch.setenv("AILAB_API_KEY", "from-env")
     args = build_parser().parse_args(["--host", "0.0.0.0"])
-    assert args.api_key == "from-env" and exposure_problem(args.host, args.api_key) is None
+    key = config_from_args(args).api_key
+    assert key == "from-env" and exposure_problem(args.host, key) is None
 
 
 def test_key_required_on_every_route_but_the_probes(keyed):

@@ -26,7 +26,7 @@ import ipaddress
 import json
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from fastapi import FastAPI, Request
@@ -34,50 +34,12 @@ from fastapi.responses import Response
 
 from ailab.batching import BatcherClosedError, DeadlineExceededError, QueueFullError
 import ailab.server.headers as hdr
+from ailab.server.config import ServerConfig
 from ailab.server.limits import CLOSE, ConcurrencyLimit, read_body
 from ailab.server.metrics import ServerMetrics, log_request, rss_bytes
 from ailab.server.predictors import InputTooLongError
 from ailab.server.registry import ModelLoadError, ModelRegistry, SwapRefusedError, UnknownModelError
 from ailab.server.validation import InvalidRequest, parse_predict
-
-
-@dataclass
-class ServerConfig:
-    max_batch_size: int = 32
-    max_wait_ms: float = 10.0
-    max_queue: int = 256               # texts waiting per model; beyond this: 503 at once
-    request_timeout_s: float = 5.0     # default deadline per request; X-Timeout-Ms may lower it -> 504
-    max_body_bytes: int = 64 * 1024    # -> 413 before the body is parsed
-    body_timeout_s: float = 10.0       # the whole body must arrive within this, else 408 and the connection closed
-    max_concurrency: int = 512         # requests inside the app at once (probes, /metrics exempt); beyond: 503
-    max_items: int = 64                # texts per request
-    max_chars: int = 5_000             # characters per text
-    too_long: str = "truncate"         # over the model's max word pieces: "truncate" (flagged) or "reject" (413)
-    api_key: str | None = None         # when set, all but /healthz and /readyz need "Authorization: Bearer <key>";
-                                       # unset, /admin/* answers only loopback clients
-    fallback: dict | None = None       # degraded answer when no model can serve, e.g. {"label": "unknown"}
-    max_models: int = 2
-    max_model_bytes: int | None = None
-    max_rss_bytes: int | None = None   # memory watermark: above it, 503 instead of taking more work
-    torch_threads: int | None = None   # intra-op threads for each model's worker thread
-    length_bucket_tokens: int | None = None  # batch together only texts whose word-piece counts fall in the same
-                                       # band of this width, so a short text is not padded to a long one; None = off
-    retry_after_s: int = 1
-    warmup: bool = True
-
-    def __post_init__(self):
-        if self.too_long not in ("truncate", "reject"):
-            raise ValueError(f"too_long={self.too_long!r}; choose 'truncate' or 'reject'")
-        for name in ("max_queue", "max_body_bytes", "max_items", "max_chars", "max_batch_size", "max_concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.length_bucket_tokens is not None and not (isinstance(self.length_bucket_tokens, int)
-                                                          and self.length_bucket_tokens >= 1):
-            raise ValueError(f"length_bucket_tokens must be a whole number of word pieces, at least 1, or None "
-                             f"(got {self.length_bucket_tokens!r})")
-        for name in ("request_timeout_s", "body_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
 
 
 @dataclass
@@ -144,7 +106,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     """The server. `models`: name -> loader() returning a predictor (a batch function with .name,
     .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier.
     Keyword overrides set ServerConfig fields: create_app(models, max_batch_size=1)."""
-    config = replace(config or ServerConfig(), **overrides)
+    config = (config or ServerConfig()).replace(**overrides)
     if models is None:
         models, default_model = default_models(too_long=config.too_long)
     default_model = default_model or next(iter(models))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import os
 import signal
 import socket
 import sys
@@ -19,6 +18,9 @@ import time
 from dataclasses import dataclass
 
 import uvicorn
+from pydantic import ValidationError
+
+from ailab.server.config import add_config_flags, config_from_args, misspelt_env_settings
 
 
 @dataclass
@@ -113,30 +115,21 @@ def exposure_problem(host: str, api_key: str | None, allow_public_without_key: b
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP.")
+    """The flags of `ailab serve`: where to bind and which engine, then one per ServerConfig field
+    (their defaults and bounds live in server/config.py, and AILAB_<FIELD> variables set them too)."""
+    p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP. "
+                                "Every setting can also come from an AILAB_<SETTING> environment variable "
+                                "(AILAB_MAX_BATCH_SIZE=8); a flag wins over the variable.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
     p.add_argument("--engine", choices=["torch", "onnx", "int8"], default="torch")
-    p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--max-wait-ms", type=float, default=10.0)
-    p.add_argument("--max-queue", type=int, default=256)
-    p.add_argument("--timeout-s", type=float, default=5.0, help="default per-request deadline (504 after it)")
-    p.add_argument("--too-long", choices=["truncate", "reject"], default="truncate")
-    p.add_argument("--api-key", default=os.environ.get("AILAB_API_KEY") or None,
-                   help="require 'Authorization: Bearer KEY' on every route but /healthz and /readyz "
-                        "(default: $AILAB_API_KEY)")
     p.add_argument("--allow-public-without-key", action="store_true",
                    help="allow a non-loopback --host without an API key (otherwise refused)")
-    p.add_argument("--body-timeout-s", type=float, default=10.0,
-                   help="the whole request body must arrive within this (408 and the connection closed after)")
-    p.add_argument("--max-concurrency", type=int, default=512,
-                   help="requests inside the server at once (probes and /metrics exempt); beyond it, 503 at once")
     p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
-    p.add_argument("--torch-threads", type=int, default=None)
-    p.add_argument("--length-bucket-tokens", type=int, default=None,
-                   help="batch together only texts whose word-piece counts fall in the same band of this "
-                        "width, so short texts are not padded to long ones (default off)")
     p.add_argument("--quiet", action="store_true", help="no JSON access log on stderr")
+    add_config_flags(p)
+    p.add_argument("--timeout-s", dest="request_timeout_s", type=float, default=None,
+                   help="the same as --request-timeout-s")
     return p
 
 
@@ -145,21 +138,27 @@ def serve_main(argv: list[str] | None = None) -> int:
     from ailab.server.metrics import configure_json_logging
 
     args = build_parser().parse_args(argv)
-    problem = exposure_problem(args.host, args.api_key, args.allow_public_without_key)
+    for warning in misspelt_env_settings():
+        print(f"warning: {warning}", file=sys.stderr)
+    try:
+        extra = {"fallback": {"label": args.fallback_label, "score": None}} if args.fallback_label else {}
+        config = config_from_args(args, **extra)
+    except ValidationError as e:
+        bad = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        print(f"ailab serve: bad setting ({bad}). Check the flag or its AILAB_* environment variable.",
+              file=sys.stderr)
+        return 2
+    problem = exposure_problem(args.host, config.api_key, args.allow_public_without_key)
     if problem:
         print(f"ailab serve: {problem}", file=sys.stderr)
         return 2
-    if not _is_loopback(args.host) and not args.api_key:
+    if not _is_loopback(args.host) and not config.api_key:
         print(f"warning: binding {args.host} (not loopback) without --api-key: anyone who can reach it can use it",
               file=sys.stderr)
     if not args.quiet:
         configure_json_logging(sys.stderr)
-    models, default = default_models(args.engine, args.too_long)
-    app = create_app(models, default, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
-                     max_queue=args.max_queue, request_timeout_s=args.timeout_s, too_long=args.too_long,
-                     api_key=args.api_key, torch_threads=args.torch_threads, body_timeout_s=args.body_timeout_s,
-                     max_concurrency=args.max_concurrency, length_bucket_tokens=args.length_bucket_tokens,
-                     fallback={"label": args.fallback_label, "score": None} if args.fallback_label else None)
+    models, default = default_models(args.engine, config.too_long)
+    app = create_app(models, default, config)
     print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
     handle = start_in_thread(app, args.host, args.port, log_level="warning",
                              allow_public_without_key=args.allow_public_without_key)
