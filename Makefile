@@ -85,15 +85,15 @@ gpu-wheels: setup
 gpu-check: setup
 	PY=$(BIN)/python bash scripts/gpu_check.sh
 
-## test-ui: the tour as a learner sees it, in headless Chromium (needs Debian's chromium)
-test-ui: setup
+## test-ui: the tour as a learner sees it, in headless Chromium (needs Debian's chromium), then a built book page
+test-ui: setup book
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || { echo "test-ui needs Debian's chromium package"; exit 1; }
 	$(BIN)/python scripts/test_ui.py
 
 ## book: the HTML book from book.yml (Jupyter Book 1)
 book: setup
 	$(BIN)/python -m ailab.book build/book-src
-	$(BIN)/jupyter-book build build/book-src --path-output build/book
+	AILAB_STATIC=1 $(BIN)/jupyter-book build build/book-src --path-output build/book
 	@echo "book: $(CURDIR)/build/book/_build/html/index.html"
 
 ## labs: rewrite labs/ from solutions/

@@ -3,7 +3,11 @@ this module only wires controls to it, so nothing here holds logic worth testing
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Mapping
+
+STATIC_ENV = "AILAB_STATIC"   # set by `make book`: no kernel will be there to answer the controls
+
 
 
 def explorer(callback: Callable[..., object], controls: Mapping[str, object], title: str = ""):
@@ -11,9 +15,19 @@ def explorer(callback: Callable[..., object], controls: Mapping[str, object], ti
 
     The callback returns a plotly Figure, a string, or anything IPython can display.
     Returns the container widget, so a test can find it and a notebook can display it.
+
+    In a static page (the book: AILAB_STATIC=1 while it executes) a widget would show nothing, since no
+    kernel answers its controls; the callback's result at the controls' starting values is returned
+    instead, under a line that names the knobs.
     """
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import HTML, display
+
+    if os.environ.get(STATIC_ENV) == "1":
+        values = {name: ctl.value for name, ctl in controls.items()}
+        shown = ", ".join(f"{getattr(ctl, 'description', '') or name} = {ctl.value}" for name, ctl in controls.items())
+        display(HTML(f"<b>{title}</b> <i>(at {shown}; open the notebook in JupyterLab to turn the knobs)</i>"))
+        return callback(**values)
 
     out = w.Output()
 

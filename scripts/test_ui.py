@@ -1,13 +1,16 @@
-"""`make test-ui`: the tour as a learner sees it, in a real browser.
+"""`make test-ui`: the tour as a learner sees it, in a real browser, then one page of the built book.
 
 Starts JupyterLab on a free loopback port, opens the tour in headless Chromium (Debian's package,
 driven by Playwright through executable_path: Playwright's own browser download cannot work offline),
 runs all cells from the Run menu, asserts that the plotly chart and the widget rendered and that no
-cell raised, and saves a screenshot under build/.
+cell raised, and saves a screenshot under build/. Then it opens a page of the book `make book` built
+(from file://, no server, no network) and asserts that its plotly figures drew and that it shows
+numbers measured while the book was built.
 """
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -20,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "notebooks/0_orientation/00_tour.ipynb"
+BOOK_PAGE = ROOT / "build/book/_build/html/notebooks/4_application/01_performance_testing.html"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -107,6 +111,32 @@ def _run_all_and_check(page, screenshot: Path) -> None:
     page.wait_for_function("() => document.body.innerText.includes('utterly joyless')", timeout=30_000)
 
 
+def check_book_page(path: Path, screenshot: Path) -> int:
+    """The built page draws its plotly figures offline and shows measured numbers; returns the figure count."""
+    from playwright.sync_api import sync_playwright
+
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run `make book` first (make test-ui depends on it)")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(path.as_uri())
+            figure = page.locator(".js-plotly-plot .main-svg")   # drawn by plotly.js, not just a placeholder div
+            figure.first.wait_for(timeout=30_000)
+            figure.first.scroll_into_view_if_needed()
+            page.screenshot(path=str(screenshot), full_page=False)
+            outputs = page.locator(".cell_output").all_inner_texts()
+            measured = [t for t in outputs if re.search(r"\d+(\.\d+)? req/s", t)]
+            assert measured, "the page shows no measured throughput: was the book built with execution on?"
+            assert "CPU only" in page.inner_text("body") or "CUDA" in page.inner_text("body"), \
+                "the page should name the hardware it was measured on"
+            return page.locator(".js-plotly-plot").count()
+        finally:
+            browser.close()
+
+
 def main() -> int:
     (ROOT / "build").mkdir(exist_ok=True)
     port, token = free_port(), secrets.token_hex(16)
@@ -119,6 +149,10 @@ def main() -> int:
             proc.terminate()
             proc.wait(timeout=30)
     print(f"test-ui: the tour ran in Chromium; plot and widget rendered; screenshot {shot}")
+    book_shot = ROOT / "build" / "test-ui-book.png"
+    n = check_book_page(BOOK_PAGE, book_shot)
+    print(f"test-ui: the book page {BOOK_PAGE.relative_to(ROOT)} drew {n} plotly figure(s) and shows measured "
+          f"numbers; screenshot {book_shot}")
     return 0
 
 

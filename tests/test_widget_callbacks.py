@@ -215,3 +215,25 @@ def test_stage_view_figure():
     fig = viz.bar_chart(**stage_view(STAGE_ROWS, "MiniLM", 1))
     assert [t.name for t in fig.data] == ["tokenize", "forward", "postprocess"]
     assert list(fig.data[0].x) == ["batch 1", "batch 32"]
+
+
+def test_explorer_is_live_in_a_kernel_and_a_figure_in_a_static_page(monkeypatch):
+    """The book executes notebooks with AILAB_STATIC=1: a widget there would render as nothing."""
+    import ipywidgets as w
+
+    from ailab.widgets import STATIC_ENV, explorer
+
+    seen = []
+
+    def callback(n):
+        seen.append(n)
+        return f"n={n}"
+
+    monkeypatch.delenv(STATIC_ENV, raising=False)
+    slider = w.IntSlider(value=3, min=1, max=9, description="n")
+    box = explorer(callback, {"n": slider}, title="t")
+    assert isinstance(box, w.VBox) and seen == [3]
+    slider.value = 5
+    assert seen == [3, 5], "moving a control redraws through the callback"
+    monkeypatch.setenv(STATIC_ENV, "1")
+    assert explorer(callback, {"n": w.IntSlider(value=4, min=1, max=9)}, title="t") == "n=4"
