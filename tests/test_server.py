@@ -66,6 +66,37 @@ def test_health_ready_and_metrics(server, client):
     assert 'ailab_requests_total{status="200"}' in m
 
 
+def test_metrics_split_each_batch_into_tokenize_forward_and_postprocess():
+    """The predictor is the engine's TextClassifierRunner, so /metrics can say where a batch's time went."""
+    from ailab.monitoring import read_metrics
+
+    app = create_app({"tiny": lambda: tiny(0)}, "tiny", torch_threads=1, max_wait_ms=1)
+    with start_in_thread(app) as h, httpx.Client(timeout=30) as c:
+        before = read_metrics(c.get(h.url + "/metrics").text)
+        for _ in range(5):
+            assert post(c, h.url, {"inputs": TEXTS}).status_code == 200
+        m = read_metrics(c.get(h.url + "/metrics").text)
+    count = lambda stage, ms=m: ms.get(f'ailab_batch_stage_seconds_count{{model="tiny",stage="{stage}"}}', 0)  # noqa: E731
+    total = lambda stage: m[f'ailab_batch_stage_seconds_sum{{model="tiny",stage="{stage}"}}']  # noqa: E731
+    assert count("tokenize", before) == 0, "warm-up and self-test batches are not traffic"
+    batches = m["ailab_batch_size_count"]
+    assert count("tokenize") == count("forward") == count("postprocess") == batches >= 1
+    assert 0 < total("tokenize") and 0 < total("forward")
+    # the stages are parts of the batch's compute time, measured inside it
+    assert total("tokenize") + total("forward") + total("postprocess") <= m["ailab_batch_compute_seconds_sum"]
+
+
+def test_rejected_and_kept_texts_keep_their_places():
+    """too_long="reject" drops the long text before the forward pass; the others keep their answers."""
+    p = tiny(0, too_long="reject")
+    texts = ["short one", "word " * 200, "another short one"]
+    out = p(texts)
+    assert isinstance(out[1], Exception) and "word pieces" in str(out[1])
+    direct = tiny(0)([texts[0], texts[2]])
+    assert [o["probs"] for o in (out[0], out[2])] == [d["probs"] for d in direct]
+    assert all(isinstance(o, Exception) for o in p(["word " * 200] * 2))
+
+
 def test_alert_rules_parse_and_use_served_metrics(server, client):
     rules = yaml.safe_load(Path("monitoring/alerts.yml").read_text())["groups"][0]["rules"]
     names = {r["alert"] for r in rules}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -61,10 +61,13 @@ class StageTimings:
 
 @dataclass
 class TextPrediction:
-    probs: np.ndarray        # (N, C) softmax probabilities
-    label_ids: np.ndarray    # (N,) argmax
+    probs: np.ndarray        # (K, C) softmax probabilities of the K texts that were run
+    label_ids: np.ndarray    # (K,) argmax
     labels: list[str]
     timings: StageTimings
+    truncated: list[bool] = field(default_factory=list)  # (N,) one per text given: cut to max_length?
+    kept: list[int] = field(default_factory=list)        # (K,) which of the N texts the rows are (all, unless
+                                                         # drop_truncated removed some)
 
 
 def int64_inputs(enc) -> dict[str, np.ndarray]:
@@ -94,6 +97,11 @@ class TextClassifierRunner:
         self.name, self.device, self.precision = runner.name, runner.device, runner.precision
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.encode(texts)[0]
+
+    def encode(self, texts: Sequence[str]) -> tuple[dict[str, np.ndarray], list[bool]]:
+        """Token arrays padded to the longest text of THIS batch, (B, T) int64 each, and per text whether
+        it was cut to max_length (the fast tokenizer keeps what it cut off)."""
         if isinstance(texts, str):
             raise TypeError("predict() takes a list of texts; wrap a single text as [text]")
         if not texts:
@@ -102,20 +110,25 @@ class TextClassifierRunner:
         if bad:
             raise TypeError(f"texts must all be str; item {bad[0]} is {type(texts[bad[0]]).__name__}")
         enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
-        return int64_inputs(enc)
+        return int64_inputs(enc), [bool(e.overflowing) for e in enc.encodings]
 
-    def predict(self, texts: Sequence[str]) -> TextPrediction:
+    def predict(self, texts: Sequence[str], drop_truncated: bool = False) -> TextPrediction:
+        """Tokenize, forward, softmax, each stage timed. drop_truncated: texts over max_length are not run
+        (a server that refuses them, instead of answering for their first max_length word pieces)."""
         t0 = time.perf_counter()
-        batch = self.tokenize(texts)
+        batch, truncated = self.encode(texts)
+        kept = [i for i, cut in enumerate(truncated) if not (drop_truncated and cut)]
+        if len(kept) < len(truncated):
+            batch = {k: v[kept] for k, v in batch.items()}             # (K, T) each
         t1 = time.perf_counter()
-        logits = self.runner.run(batch)  # (B, C); the runner syncs the device
-        t2 = time.perf_counter()
-        probs = softmax(logits.astype(np.float32))
+        logits = self.runner.run(batch) if kept else np.zeros((0, len(self.classes)), np.float32)  # (K, C)
+        t2 = time.perf_counter()                                        # the runner synced the device
+        probs = softmax(logits.astype(np.float32))                      # (K, C)
         ids = probs.argmax(-1)
         labels = [self.classes[i] for i in ids]
         t3 = time.perf_counter()
-        return TextPrediction(probs, ids, labels, StageTimings(len(texts), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                                                               (t3 - t2) * 1e3))
+        timings = StageTimings(len(texts), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        return TextPrediction(probs, ids, labels, timings, truncated, kept)
 
     __call__ = predict
 

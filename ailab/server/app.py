@@ -120,6 +120,8 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     def on_load(entry):
         metrics.model_load.labels(entry.name).set(entry.load_seconds)
         metrics.model_warmup.labels(entry.name).set(entry.warmup_seconds)
+        if hasattr(entry.predictor, "on_stages"):   # after warm-up: its batches are not traffic
+            entry.predictor.on_stages = metrics.stage_observer(entry.name)
 
     registry = ModelRegistry(models, default_model, config.max_models, config.max_model_bytes,
                              {"max_batch_size": config.max_batch_size, "max_wait_ms": config.max_wait_ms,

@@ -35,6 +35,9 @@ class ServerMetrics:
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.batch_compute = Histogram("ailab_batch_compute_seconds", "Time to compute one batch on the worker",
                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.stage = Histogram("ailab_batch_stage_seconds", "Time one batch spent in each stage of the model "
+                               "(tokenize, forward, postprocess)", ["model", "stage"], buckets=LATENCY_BUCKETS,
+                               registry=r)
         self.batch_size = Histogram("ailab_batch_size", "Texts per batch", buckets=BATCH_BUCKETS, registry=r)
         self.inputs = Counter("ailab_inputs", "Texts received", registry=r)
         self.truncated = Counter("ailab_inputs_truncated", "Texts cut to the model's maximum length", registry=r)
@@ -55,6 +58,16 @@ class ServerMetrics:
         self.batch_compute.observe(compute_s)
         for w in waits_ms:
             self.queue_wait.observe(w / 1e3)
+
+    def stage_observer(self, model: str):
+        """A predictor's on_stages hook: one observation per stage per batch, labelled with the model."""
+        children = {k: self.stage.labels(model, k) for k in ("tokenize", "forward", "postprocess")}
+
+        def observe(t) -> None:
+            children["tokenize"].observe(t.tokenize_ms / 1e3)
+            children["forward"].observe(t.forward_ms / 1e3)
+            children["postprocess"].observe(t.postprocess_ms / 1e3)
+        return observe
 
     def on_request(self, status: int, seconds: float) -> None:
         self.requests.labels(str(status)).inc()

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ailab.engine.text import int64_inputs, softmax
+from ailab.engine.text import StageTimings, TextClassifierRunner
 from ailab.memory.estimate import param_bytes
 
 
@@ -31,59 +31,54 @@ def state_sha256(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def torch_forward(model: nn.Module) -> Callable[[dict], np.ndarray]:
-    """A forward function over numpy token arrays on the best device (cuda -> mps -> cpu): a TorchRunner's."""
+def torch_classifier(model: nn.Module, tokenizer, max_length: int, classes: Sequence[str]) -> TextClassifierRunner:
+    """The model on the best device (cuda -> mps -> cpu) behind a TorchRunner, as a timed text classifier."""
     from ailab.device import pick_device
     from ailab.engine import TorchRunner
 
-    return TorchRunner(model, name=f"torch-{type(model).__name__}", device=pick_device()).run
+    runner = TorchRunner(model, name=f"torch-{type(model).__name__}", device=pick_device())
+    return TextClassifierRunner(runner, tokenizer, max_length, classes)
 
 
 class TextClassifierPredictor:
     """texts -> [{"label", "score", "probs", "truncated"} | InputTooLongError], one batch at a time.
 
+    The work is the engine's TextClassifierRunner (tokenize, forward, softmax, each stage timed); this
+    adds what serving needs: per-text results and refusals, identity (name, weights SHA-256, bytes),
+    warm-up and a self-test. After each batch, on_stages(StageTimings) is called on the worker thread
+    when set (the server's metrics set it: tokenize and forward time per batch in /metrics).
+
     too_long: "truncate" keeps the first max_length word pieces and flags the output;
               "reject" fails that text alone with InputTooLongError.
     """
 
-    def __init__(self, forward: Callable[[dict], np.ndarray], tokenizer, labels: Sequence[str], name: str,
-                 sha256: str, max_length: int = 64, too_long: str = "truncate", engine: str = "torch",
-                 n_bytes: int = 0, load_seconds: float = 0.0):
+    def __init__(self, clf: TextClassifierRunner, name: str, sha256: str, too_long: str = "truncate",
+                 engine: str = "torch", n_bytes: int = 0, load_seconds: float = 0.0):
         if too_long not in ("truncate", "reject"):
             raise ValueError(f"too_long={too_long!r}; choose 'truncate' or 'reject'")
-        if not 2 <= max_length <= 512:
-            raise ValueError(f"max_length must be between 2 and 512 word pieces, got {max_length}")
-        self.forward, self.tokenizer, self.labels = forward, tokenizer, list(labels)
-        self.name, self.sha256, self.max_length, self.too_long = name, sha256, max_length, too_long
+        self.clf, self.tokenizer, self.labels, self.max_length = clf, clf.tokenizer, clf.classes, clf.max_length
+        self.name, self.sha256, self.too_long = name, sha256, too_long
         self.engine, self.n_bytes, self.load_seconds = engine, n_bytes, load_seconds
+        self.on_stages: Callable[[StageTimings], None] | None = None
 
     def tokenize(self, texts: list[str]) -> tuple[dict[str, np.ndarray], list[bool]]:
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
-        truncated = [bool(e.overflowing) for e in enc.encodings]  # fast tokenizer keeps what it cut off
-        return int64_inputs(enc), truncated                        # (B, T) int64 each
+        """(B, T) int64 token arrays padded to this batch's longest text, and which texts were cut."""
+        return self.clf.encode(list(texts))
 
     def count_tokens(self, text: str) -> int:
         """Word pieces this text costs in a batch (after truncation): what padding is measured in."""
         return len(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
 
     def __call__(self, texts: list[str]) -> list:
-        batch, truncated = self.tokenize(list(texts))
-        out: list = [None] * len(texts)
-        keep = list(range(len(texts)))
-        if self.too_long == "reject":
-            keep = [i for i in keep if not truncated[i]]
-            for i in set(range(len(texts))) - set(keep):
-                out[i] = InputTooLongError(f"text has more than {self.max_length} word pieces, the most "
-                                           f"{self.name} takes; shorten it (this server refuses, not truncates)")
-            if not keep:
-                return out
-            batch = {k: v[keep] for k, v in batch.items()}
-        probs = softmax(np.asarray(self.forward(batch), dtype=np.float32))  # (B, C)
-        for row, i in enumerate(keep):
-            p = probs[row]
+        pred = self.clf.predict(list(texts), drop_truncated=self.too_long == "reject")
+        if self.on_stages is not None:
+            self.on_stages(pred.timings)
+        out: list = [InputTooLongError(f"text has more than {self.max_length} word pieces, the most {self.name} "
+                                       f"takes; shorten it (this server refuses, not truncates)")] * len(texts)
+        for p, i in zip(pred.probs, pred.kept):                          # p: (C,)
             k = int(p.argmax())
             out[i] = {"label": self.labels[k], "score": round(float(p[k]), 6),
-                      "probs": [round(float(x), 6) for x in p], "truncated": truncated[i]}
+                      "probs": [round(float(x), 6) for x in p], "truncated": pred.truncated[i]}
         return out
 
     def warmup(self, max_batch_size: int = 32) -> float:
@@ -113,8 +108,8 @@ def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncat
     enc = tiny_bert(seed=seed)
     torch.manual_seed(seed)
     model = SentimentClassifier(enc.model, nn.Linear(enc.model.config.hidden_size, 2)).eval()
-    return TextClassifierPredictor(torch_forward(model), enc.tokenizer, ["negative", "positive"],
-                                   f"tiny-seed{seed}", state_sha256(model), max_length, too_long, "torch",
+    clf = torch_classifier(model, enc.tokenizer, max_length, ["negative", "positive"])
+    return TextClassifierPredictor(clf, f"tiny-seed{seed}", state_sha256(model), too_long, "torch",
                                    param_bytes(model), time.perf_counter() - t0)
 
 
@@ -129,15 +124,14 @@ def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: s
     trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
     model = trained.model.eval()
     if engine == "torch":
-        forward, sha, n_bytes = torch_forward(model), state_sha256(model), param_bytes(model)
+        clf = torch_classifier(model, trained.encoder.tokenizer, max_length, list(trained.split.classes))
+        sha, n_bytes = state_sha256(model), param_bytes(model)
     else:
         from ailab.data import sha256_of
         from ailab.engine import sentiment_runner  # ONNX export and INT8 live in the engine layer
 
-        runner = sentiment_runner("onnx", "int8" if engine == "int8" else "fp32", threads=threads,
-                                  max_length=max_length, trained=trained).runner
+        clf = sentiment_runner("onnx", "int8" if engine == "int8" else "fp32", threads=threads,
+                               max_length=max_length, trained=trained)
         # the identity of what is served is the ONNX file the session loaded, not the torch weights
-        forward, sha, n_bytes = runner.run, sha256_of(runner.path), runner.size_bytes
-    return TextClassifierPredictor(forward, trained.encoder.tokenizer, list(trained.split.classes),
-                                   "minilm-sentiment", sha, max_length, too_long, engine, n_bytes,
-                                   time.perf_counter() - t0)
+        sha, n_bytes = sha256_of(clf.runner.path), clf.runner.size_bytes
+    return TextClassifierPredictor(clf, "minilm-sentiment", sha, too_long, engine, n_bytes, time.perf_counter() - t0)
