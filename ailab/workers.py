@@ -34,6 +34,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from ailab.batch_isolation import run_isolated
+
 QUEUE = "ailab:jobs"
 RESULT_PREFIX = "ailab:result:"
 DONE_PREFIX = "ailab:done:"  # SET NX marker: this job's answer has been delivered
@@ -210,17 +212,9 @@ class BatchWorker:
     def run_batch(self, jobs: list[dict]) -> int:
         """Run one batch, store its answers and acknowledge it; returns how many answers were delivered."""
         texts = [j["text"] for j in jobs]
-        try:
-            results = list(self.predict(texts))
-            if len(results) != len(texts):
-                raise RuntimeError(f"predict returned {len(results)} results for {len(texts)} texts")
-        except Exception:  # noqa: BLE001 - isolate: find the bad input(s) one at a time
-            results = []
-            for t in texts:
-                try:
-                    results.append(self.predict([t])[0])
-                except Exception as e:  # noqa: BLE001
-                    results.append({"error": f"{type(e).__name__}: {e}"})
+        # One bad text must not fail the jobs that shared its batch: the batcher's bisection finds it.
+        outcomes, _ = run_isolated(self.predict, texts)
+        results = [r if ok else {"error": f"{type(r).__name__}: {r}"} for ok, r in outcomes]
         keys, args = [self.processing], [int(self.result_ttl_s), int(self.done_ttl_s)]
         for job, res in zip(jobs, results):
             keys += [DONE_PREFIX + job["id"], RESULT_PREFIX + job["id"]]

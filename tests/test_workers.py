@@ -81,6 +81,30 @@ def test_one_bad_input_fails_alone(r):
     assert out[0]["label"] == 0 and out[2]["label"] == 1
 
 
+def test_a_poisoned_batch_is_bisected_not_retried_text_by_text(r):
+    """The worker isolates like the batcher (batch_isolation.run_isolated): one bad text in 16 costs
+    1 + 2*log2(16) = 9 passes, where retrying each text alone would cost 17."""
+    model = CountingModel()
+    client, worker = QueueClient(r), BatchWorker(r, model, max_batch=16, max_wait_ms=5)
+    texts = [f"review {i}" for i in range(15)] + ["boom"]
+    ids = [client.submit(t) for t in texts]
+    worker.run_batch(worker.collect())
+    out = [client.result(i, timeout_s=1) for i in ids]
+    assert "boom" in out[-1]["error"] and all(o["label"] == len(t) % 2 for o, t in zip(out[:-1], texts))
+    assert model.calls <= 9, model.calls
+
+
+def test_a_text_the_model_answers_with_an_exception_fails_alone(r):
+    def model(texts):
+        return [ValueError("too long for this model") if t == "long" else {"label": 0} for t in texts]
+
+    client, worker = QueueClient(r), BatchWorker(r, model, max_batch=8, max_wait_ms=5)
+    ids = [client.submit(t) for t in ["a", "long", "b"]]
+    worker.run_batch(worker.collect())
+    out = [client.result(i, timeout_s=1) for i in ids]
+    assert out[1]["error"] == "ValueError: too long for this model" and out[0]["label"] == out[2]["label"] == 0
+
+
 def test_cache_skips_the_queue_and_the_model(r):
     model = CountingModel(delay_s=0.02)
     cache = ResultCache(r, model_id="counting-v1", ttl_s=60)
