@@ -165,7 +165,14 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
     toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
     config = {"title": book["title"], "author": book.get("author", "ailab"), "only_build_toc_files": True,
               "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": LAB_PATTERNS},
-              "sphinx": {"config": {"html_show_copyright": False}}}
+              # plotly.js once for the whole book, from the installed plotly (offline; figures call Plotly.newPlot)
+              "sphinx": {"config": {"html_show_copyright": False, "html_static_path": ["_static"],
+                                    "html_js_files": ["plotly.min.js"]}}}
+    static = src / "_static"
+    static.mkdir(exist_ok=True)
+    import plotly
+
+    shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", static / "plotly.min.js")
     (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
     (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return src

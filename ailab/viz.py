@@ -6,6 +6,21 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 
 
+def use_static_renderer() -> None:
+    """Figures displayed from now on render as HTML for a page that loads plotly.min.js itself (the book):
+    the figure's <div> and its Plotly.newPlot call, nothing fetched from a CDN."""
+    import plotly.io as pio
+    from plotly.io.base_renderers import MimetypeRenderer
+
+    class StaticHtml(MimetypeRenderer):
+        def to_mimebundle(self, fig_dict):
+            return {"text/html": pio.to_html(fig_dict, include_plotlyjs=False, include_mathjax=False,
+                                             full_html=False, validate=False)}
+
+    pio.renderers["ailab_static"] = StaticHtml()
+    pio.renderers.default = "ailab_static"
+
+
 def hardware_label() -> str:
     from ailab.device import describe_hardware
 

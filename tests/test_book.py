@@ -1,4 +1,5 @@
 """book.yml is the course map: it and the disk must agree, and it must be usable by Jupyter Book."""
+import os
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -69,6 +70,23 @@ def test_jupyter_book_toc_is_generated_from_the_map(tmp_path):
     assert files == [str(Path(p).with_suffix("")) for p in listed]
     assert all((src / p).is_file() for p in listed)
     assert yaml.safe_load((src / "_config.yml").read_text())["execute"]["execute_notebooks"] == "off"
+
+
+def test_the_book_serves_plotly_itself_and_figures_render_as_html_for_it(tmp_path):
+    """Offline: plotly.js is copied into the book once, and a static run renders figures as a <div> plus
+    Plotly.newPlot with no CDN (the JSON mimetype a notebook stores cannot be drawn by a static page)."""
+    import subprocess
+    import sys
+
+    src = bk.write_jupyter_book(bk.check_book(ROOT / "book.yml"), ROOT, tmp_path / "src")
+    sphinx = yaml.safe_load((src / "_config.yml").read_text())["sphinx"]["config"]
+    assert sphinx["html_js_files"] == ["plotly.min.js"] and (src / "_static" / "plotly.min.js").stat().st_size > 1e6
+    code = ("import ailab, plotly.io as pio, plotly.graph_objects as go; "
+            "b = pio.renderers[pio.renderers.default].to_mimebundle(go.Figure(go.Bar(y=[1, 2])).to_dict()); "
+            "print(sorted(b), 'Plotly.newPlot' in b['text/html'], 'http' in b['text/html'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "AILAB_STATIC": "1"}).stdout.strip()
+    assert out == "['text/html'] True False", out
 
 
 def test_an_exercise_needs_its_solution_and_both_must_exist(tmp_path):

@@ -225,3 +225,19 @@ def test_sentiment_runner_for_the_server():
         engine.sentiment_runner("tensorrt", trained=trained)
     with pytest.raises(ValueError, match="precision"):
         engine.sentiment_runner("onnx", "fp16", trained=trained)
+
+
+def test_a_slow_tokenizer_classifies_and_reports_truncation_like_a_fast_one(tiny):
+    """A Python tokenizer has no .encodings to say what it cut; the flags must still be right."""
+    from ailab.models import SentimentClassifier
+
+    torch.manual_seed(0)
+    model = SentimentClassifier(tiny.model, torch.nn.Linear(tiny.model.config.hidden_size, 2)).eval()
+    runner = engine.TorchRunner(model, name="tiny", device="cpu")
+    texts = ["short", "word " * 100, "a few more words here"]
+    fast = engine.TextClassifierRunner(runner, tiny.tokenizer, max_length=16)
+    slow = engine.TextClassifierRunner(runner, engine.slow_tokenizer(), max_length=16)
+    assert fast.encode(texts)[1] == slow.encode(texts)[1] == [False, True, False]
+    exactly = " ".join(["word"] * 14)          # 14 word pieces + [CLS] + [SEP] = 16: full, not cut
+    assert slow.encode([exactly])[1] == fast.encode([exactly])[1] == [False]
+    assert slow.predict(texts).kept == [0, 1, 2] and slow.predict(texts, drop_truncated=True).kept == [0, 2]

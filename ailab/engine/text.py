@@ -110,7 +110,12 @@ class TextClassifierRunner:
         if bad:
             raise TypeError(f"texts must all be str; item {bad[0]} is {type(texts[bad[0]]).__name__}")
         enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
-        return int64_inputs(enc), [bool(e.overflowing) for e in enc.encodings]
+        batch = int64_inputs(enc)
+        if enc.encodings is not None:                     # a fast (Rust) tokenizer kept what it cut off
+            return batch, [bool(e.overflowing) for e in enc.encodings]
+        # A slow (Python) tokenizer does not say: only a row that fills max_length can have been cut.
+        full = batch["attention_mask"].sum(-1) >= self.max_length                 # (B,)
+        return batch, [bool(f) and len(self.tokenizer(t)["input_ids"]) > self.max_length for f, t in zip(full, texts)]
 
     def predict(self, texts: Sequence[str], drop_truncated: bool = False) -> TextPrediction:
         """Tokenize, forward, softmax, each stage timed. drop_truncated: texts over max_length are not run
