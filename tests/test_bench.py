@@ -228,7 +228,11 @@ def test_sweeps_on_a_saturating_server(server):
     best = s.best_within_slo
     assert best is not None and best["clients"] in (2, 4)
     assert best["rps"] > pts[1]["rps"] * 1.3
-    assert s.figure().data  # a plotly figure with traces
+    fig = s.figure()
+    assert fig.data  # a plotly figure with traces
+    # Annotations on the log x axis are in log10 units: a raw client count there stretches the axis to 10^16.
+    lo, hi = np.log10(min(pts)), np.log10(max(pts))
+    assert all(lo - 0.5 <= a.x <= hi + 0.5 for a in fig.layout.annotations if a.x is not None and a.xref in (None, "x"))
     # by offered rate: capacity is 100 req/s; 40/s is kept up with, 250/s is not
     rs = bench.rate_sweep(url, None, [40, 250], slo_p99_ms=500, duration_s=1.5, warmup_s=0.3)
     pts = {p["offered_rps"]: p for p in rs.points()}

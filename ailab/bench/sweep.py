@@ -55,7 +55,12 @@ class SweepResult:
         fig.add_hline(y=self.slo_p99_ms, line_dash="dash", annotation_text=f"SLO p99 {self.slo_p99_ms:g} ms")
         fig.update_layout(yaxis2={"title": "req/s", "overlaying": "y", "side": "right"})
         if self.best_within_slo:
-            fig.add_vline(x=self.best_within_slo["clients"], line_dash="dot", annotation_text="best within SLO")
+            best = self.best_within_slo["clients"]
+            fig.add_vline(x=best, line_dash="dot")
+            # An annotation on a log axis is placed in log10 units (add_vline's annotation_text is not, and
+            # once stretched this axis to 10^18): put the label there by hand.
+            fig.add_annotation(x=math.log10(best), y=1, yref="paper", text="best within SLO", showarrow=False,
+                               xanchor="left", yanchor="bottom")
         return fig
 
 
