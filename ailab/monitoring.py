@@ -310,7 +310,7 @@ def alert_figure(results: list[AlertResult], title: str):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ailab.viz import hardware_label
+    from ailab.device import describe_hardware
 
     fig = make_subplots(rows=len(results), cols=1, shared_xaxes=True,
                         subplot_titles=[f"{r.rule.name}: {r.rule.metric} {r.rule.op} {r.rule.threshold:g}"
@@ -324,7 +324,7 @@ def alert_figure(results: list[AlertResult], title: str):
         for (ts, state, _), x in zip(res.states, xs):
             if state == "firing":
                 fig.add_vrect(x0=x - 0.5, x1=x + 0.5, fillcolor="red", opacity=0.2, line_width=0, row=i, col=1)
-    fig.update_layout(title={"text": f"{title}<br><sup>measured on {hardware_label()}</sup>"},
+    fig.update_layout(title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
                       template="plotly_white", height=250 * len(results) + 100, showlegend=False)
     fig.update_xaxes(title_text="seconds since recording started", row=len(results), col=1)
     return fig

@@ -204,7 +204,7 @@ def tradeoff_figure(rows: list[TradeOff]):
     """Recall@10 against p50 latency, one line per index kind (nprobe labels the points)."""
     import plotly.graph_objects as go
 
-    from ailab.viz import hardware_label
+    from ailab.device import describe_hardware
 
     fig = go.Figure()
     for name in dict.fromkeys(r.name for r in rows):
@@ -212,7 +212,7 @@ def tradeoff_figure(rows: list[TradeOff]):
         fig.add_trace(go.Scatter(x=[r.p50_ms for r in pts], y=[r.recall_at_10 for r in pts], name=name,
                                  mode="lines+markers+text", textposition="top center",
                                  text=[f"nprobe={r.nprobe}" if r.nprobe else "exact" for r in pts]))
-    fig.update_layout(title={"text": f"Recall@10 vs latency per query<br><sup>measured on {hardware_label()}</sup>"},
+    fig.update_layout(title={"text": f"Recall@10 vs latency per query<br><sup>measured on {describe_hardware().one_line()}</sup>"},
                       xaxis_title="p50 latency per query (ms, log)", yaxis_title="recall@10 vs exact search",
                       template="plotly_white", height=420, xaxis_type="log")
     return fig

@@ -51,3 +51,38 @@ def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], 
     fig = go.Figure([go.Bar(x=list(categories), y=list(v), name=name) for name, v in series.items()])
     fig.update_layout(barmode="group")
     return _layout(fig, title, "", y_title, subtitle, False, log_y)
+
+
+def sweep_figure(sweep) -> go.Figure:
+    """A concurrency sweep (ailab.bench.sweep): p50/p99 and req/s against clients, the SLO line, the best point."""
+    import math
+
+    pts = sweep.points()
+    fig = line_chart([p["clients"] for p in pts], {"p99 ms": [p["p99_ms"] for p in pts],
+                                                    "p50 ms": [p["p50_ms"] for p in pts]},
+                     "Concurrency sweep: latency rises once the server saturates", "concurrent clients",
+                     "latency (ms)", log_x=True)
+    fig.add_trace(go.Scatter(x=[p["clients"] for p in pts], y=[p["rps"] for p in pts], name="req/s",
+                             yaxis="y2", mode="lines+markers", line={"dash": "dot"}))
+    fig.add_hline(y=sweep.slo_p99_ms, line_dash="dash", annotation_text=f"SLO p99 {sweep.slo_p99_ms:g} ms")
+    fig.update_layout(yaxis2={"title": "req/s", "overlaying": "y", "side": "right"})
+    if sweep.best_within_slo:
+        best = sweep.best_within_slo["clients"]
+        fig.add_vline(x=best, line_dash="dot")
+        # An annotation on a log axis is placed in log10 units (add_vline's annotation_text is not, and
+        # once stretched this axis to 10^18): put the label there by hand.
+        fig.add_annotation(x=math.log10(best), y=1, yref="paper", text="best within SLO", showarrow=False,
+                           xanchor="left", yanchor="bottom")
+    return fig
+
+
+def soak_figure(soak) -> go.Figure:
+    """A soak (ailab.bench.soak): RSS and p99 over the run, titled with the RSS slope and the verdict."""
+    t = [s["t_s"] / 60 for s in soak.samples]
+    fig = line_chart(t, {"RSS (MB)": [s["rss_mb"] for s in soak.samples]},
+                     f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
+                     "minutes", "RSS (MB)")
+    fig.add_trace(go.Scatter(x=t, y=[s["p99_ms"] for s in soak.samples], name="p99 ms", yaxis="y2",
+                             mode="lines+markers", line={"dash": "dot"}))
+    fig.update_layout(yaxis2={"title": "p99 (ms)", "overlaying": "y", "side": "right"})
+    return fig

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from ailab import bench
+from ailab import bench, viz
 from ailab.bench import BenchTargetError, LoadResult, SweepResult
 
 
@@ -228,7 +228,7 @@ def test_sweeps_on_a_saturating_server(server):
     best = s.best_within_slo
     assert best is not None and best["clients"] in (2, 4)
     assert best["rps"] > pts[1]["rps"] * 1.3
-    fig = s.figure()
+    fig = viz.sweep_figure(s)
     assert fig.data  # a plotly figure with traces
     # Annotations on the log x axis are in log10 units: a raw client count there stretches the axis to 10^16.
     lo, hi = np.log10(min(pts)), np.log10(max(pts))
@@ -239,12 +239,24 @@ def test_sweeps_on_a_saturating_server(server):
     assert pts[40]["keeps_up"] and not pts[250]["keeps_up"] and rs.capacity_knee["offered_rps"] == 40
 
 
+def test_a_ramped_rate_sweep_goes_on_until_the_server_falls_behind(server):
+    """Capacity 100 req/s: rates from 30 up by 1.5x; it stops at the first rate the server cannot keep up with."""
+    url = server(delay_s=0.02, workers=2)
+    rs = bench.rate_sweep(url, None, [30], slo_p99_ms=500, duration_s=1.2, warmup_s=0.3, ramp=5)
+    pts = rs.points()
+    assert not pts[-1]["keeps_up"] and all(p["keeps_up"] for p in pts[:-1]), pts
+    assert 3 <= len(pts) <= 5 and pts[-1]["offered_rps"] > 100          # 30, 45, 67.5, [101, 152]
+    assert rs.capacity_knee["offered_rps"] == pts[-2]["offered_rps"]
+    with pytest.raises(ValueError, match="ramp"):
+        bench.rate_sweep(url, None, [30], ramp=-1)
+
+
 def test_soak_detects_a_leak(server):
     leaky = bench.soak(server(leak_kb=256, delay_s=0.005), None, duration_s=4.0, clients=2,
                        sample_every_s=0.5, warmup_s=0.3)
     assert leaky.verdict.startswith("memory grows"), leaky.summary()
     assert leaky.rss_slope_mb_per_min > 100  # ~100+ req/s x 256 KB retained per request
-    assert len(leaky.samples) >= 7 and leaky.figure().data
+    assert len(leaky.samples) >= 7 and viz.soak_figure(leaky).data
     summary = leaky.summary()
     assert {"soak_minutes", "soak_rss_slope_mb_per_min", "soak_verdict"} <= summary.keys()
 

@@ -72,19 +72,6 @@ class SoakResult:
                 "soak_rss_end_mb": round(self.samples[-1]["rss_mb"], 1) if self.samples else None,
                 "soak_rps": round(self.load.rps, 2), "soak_p99_ms": round(self.load.stats.p99_ms, 2)}
 
-    def figure(self):
-        from ailab.viz import line_chart
-        import plotly.graph_objects as go
-
-        t = [s["t_s"] / 60 for s in self.samples]
-        fig = line_chart(t, {"RSS (MB)": [s["rss_mb"] for s in self.samples]},
-                         f"Soak: RSS slope {self.rss_slope_mb_per_min:+.2f} MB/min, verdict: {self.verdict}",
-                         "minutes", "RSS (MB)")
-        fig.add_trace(go.Scatter(x=t, y=[s["p99_ms"] for s in self.samples], name="p99 ms", yaxis="y2",
-                                 mode="lines+markers", line={"dash": "dot"}))
-        fig.update_layout(yaxis2={"title": "p99 (ms)", "overlaying": "y", "side": "right"})
-        return fig
-
 
 def soak(url: str, payloads: Sequence | None, duration_s: float = 60.0, clients: int = 8,
          pid: int | None = None, sample_every_s: float = 5.0, warmup_s: float = 2.0,

@@ -41,28 +41,6 @@ class SweepResult:
         good = [p for p in self.points() if p["within_slo"]]
         return max(good, key=lambda p: p["rps"]) if good else None
 
-    def figure(self):
-        from ailab.viz import line_chart
-        import plotly.graph_objects as go
-
-        pts = self.points()
-        fig = line_chart([p["clients"] for p in pts], {"p99 ms": [p["p99_ms"] for p in pts],
-                                                        "p50 ms": [p["p50_ms"] for p in pts]},
-                         "Concurrency sweep: latency rises once the server saturates", "concurrent clients",
-                         "latency (ms)", log_x=True)
-        fig.add_trace(go.Scatter(x=[p["clients"] for p in pts], y=[p["rps"] for p in pts], name="req/s",
-                                 yaxis="y2", mode="lines+markers", line={"dash": "dot"}))
-        fig.add_hline(y=self.slo_p99_ms, line_dash="dash", annotation_text=f"SLO p99 {self.slo_p99_ms:g} ms")
-        fig.update_layout(yaxis2={"title": "req/s", "overlaying": "y", "side": "right"})
-        if self.best_within_slo:
-            best = self.best_within_slo["clients"]
-            fig.add_vline(x=best, line_dash="dot")
-            # An annotation on a log axis is placed in log10 units (add_vline's annotation_text is not, and
-            # once stretched this axis to 10^18): put the label there by hand.
-            fig.add_annotation(x=math.log10(best), y=1, yref="paper", text="best within SLO", showarrow=False,
-                               xanchor="left", yanchor="bottom")
-        return fig
-
 
 def sweep(url: str, payloads: Sequence | None, concurrencies: Sequence[int] = (1, 2, 4, 8, 16, 32),
           slo_p99_ms: float = 200.0, duration_s: float = 5.0, warmup_s: float = 1.0,
@@ -125,11 +103,22 @@ def keeps_up(r: LoadResult, keep_up: float = 0.9, max_error_rate: float = 0.01) 
 
 def rate_sweep(url: str, payloads: Sequence | None, rates_rps: Sequence[float], slo_p99_ms: float = 200.0,
                duration_s: float = 5.0, warmup_s: float = 1.0, max_error_rate: float = 0.01, keep_up: float = 0.9,
-               **kw) -> RateSweepResult:
-    """An open loop at each offered rate, lowest first; `.capacity_knee` is where the server stops keeping up."""
+               ramp: int = 0, **kw) -> RateSweepResult:
+    """An open loop at each offered rate, lowest first; `.capacity_knee` is where the server stops keeping up.
+
+    ramp: while the highest rate so far was kept up with, offer 1.5x it again, at most `ramp` more times.
+    Rates chosen from an earlier measurement can all fall short of the capacity (on a shared machine it
+    drifts by half within a minute); a sweep that never saw the server fall behind has found no knee.
+    """
     if not rates_rps or any(not (isinstance(r, (int, float)) and r > 0) for r in rates_rps):
         raise ValueError(f"rates_rps must be positive numbers of requests per second (got {rates_rps!r})")
+    if not (isinstance(ramp, int) and ramp >= 0):
+        raise ValueError(f"ramp must be a whole number of extra rates, 0 or more (got {ramp!r})")
     results = [open_loop(url, payloads, float(r), duration_s, warmup_s, progress=False, **kw) for r in sorted(rates_rps)]
+    for _ in range(ramp):
+        if not keeps_up(results[-1], keep_up, max_error_rate):
+            break
+        results.append(open_loop(url, payloads, 1.5 * results[-1].rate_rps, duration_s, warmup_s, progress=False, **kw))
     return RateSweepResult(float(slo_p99_ms), float(max_error_rate), float(keep_up), results)
 
 
