@@ -1,6 +1,9 @@
 """The capstone lab's checks fail on plausible wrong answers and pass on the right ones."""
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 
 from ailab.labs import lab_capstone_slo as lab
@@ -59,7 +62,7 @@ def predictor():
     return sentiment_predictor()
 
 
-TUNED = {"max_batch_size": 32, "max_wait_ms": 10, "length_bucket_tokens": 16}
+TUNED = {"max_batch_size": 16, "max_wait_ms": 5, "length_bucket_tokens": 16}
 
 
 def test_workload_mixes_short_texts_with_long_ones(predictor):
@@ -80,8 +83,23 @@ def test_live_check_passes_a_tuned_service(predictor):
      {"max_batch_size": 64, "max_wait_ms": 600, "length_bucket_tokens": 16}, "p99"),
 ])
 def test_live_check_rejects_naive_choices(predictor, name, settings, match):
-    with pytest.raises(LabCheckFailed, match=match):
-        lab.check_service_meets_slo(settings, predictor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            lab.check_service_meets_slo(settings, predictor)
+        except LabCheckFailed as e:
+            assert re.search(match, str(e)), str(e)
+            return
+    if not any("too busy" in str(w.message) for w in caught):
+        pytest.fail(f"{name} met the SLO at the stated rate ({lab.reference(predictor)})")
+    pytest.skip(f"this machine was too busy to tell settings apart ({lab.reference(predictor)}); the check warned")
+
+
+def test_stated_rate_sits_above_no_batching_and_within_the_reference():
+    assert lab.stated_rate(220.0, 80.0) == 132.0                  # quiet 2-core box: 0.6 of the reference
+    assert lab.stated_rate(220.0, 92.0) == 138.0                  # 1.5x one text per pass, where that is more
+    assert lab.stated_rate(130.0, 70.0) == round(0.65 * 130.0)    # never past 0.65 of the reference
+    assert lab.stated_rate(1.0, 0.5) == 5.0
 
 
 @pytest.mark.parametrize("settings", [{"length_bucket_tokens": 0}, {"length_bucket_tokens": True},

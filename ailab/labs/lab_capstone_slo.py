@@ -7,11 +7,14 @@ The learner writes two things:
       that meets the SLO on this machine under an open-loop (Poisson) load at the stated rate.
 
 The workload mixes short texts with a share of long ones, and the rate is measured on this machine
-(reference()): the server's defaults miss it (batches padded to their longest text), so do no
-batching and a long batching wait; batches of like lengths meet it. The checks reject a verdict that
-looks only at throughput, at the mean, or ignores errors.
+(target_rate()): a share of what batches of like lengths serve flat out here, now. The server's
+defaults (batches padded to their longest text) and no batching cannot keep up with it, and a long
+batching wait misses the p99 bound; batches of like lengths meet it. The checks reject a verdict
+that looks only at throughput, at the mean, or ignores errors.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -19,8 +22,11 @@ from ailab.bench import LoadResult
 from ailab.labs.core import check, expect
 
 LAB = "lab_capstone_slo"
-MAX_RATE_RPS = 150.0     # the most this lab asks for (open loop, Poisson arrivals); see target_rate()
-RATE_SHARE = 0.4         # the stated rate: this share of what the model alone could serve, batched by length
+RATE_SHARE = 0.6         # the stated rate: this share of what REFERENCE_SERVICE serves flat out here, now,
+NO_BATCHING_MARGIN = 1.5  # or this many times what one text per forward pass serves, where that is more,
+MAX_SHARE = 0.65         # but never more than this share of the reference (see target_rate)
+# What the reference load-tests: batches that keep short texts apart from long ones (one good answer of many).
+REFERENCE_SERVICE = {"max_batch_size": 32, "max_wait_ms": 10, "length_bucket_tokens": 16}
 P99_BOUND_MS = 500.0     # the stated bound (a long batch wait of 600 ms cannot meet it)
 MAX_ERROR_RATE = 0.01
 LONG_SHARE = 0.15        # share of long texts in the workload (past the model's 64 word pieces)
@@ -120,33 +126,51 @@ def check_service_settings(settings) -> None:
            f"length_bucket_tokens must be None (off) or a whole number of word pieces in 1..512 (got {width!r})")
 
 
-def reference(predictor, fresh: bool = False) -> dict:
-    """What the model alone (no server, no HTTP) costs per text on this machine, measured now: batches of
-    32 short texts and of 32 long ones, in interleaved rounds. Short with short and long with long is the
-    best a batched server can do with this workload; `capacity_rps` is what that would serve."""
-    key = id(predictor)
-    if fresh or key not in _RATE_CACHE:
-        from ailab.timing import interleaved
+def _served_flat_out(predictor, settings: dict, clients: int, duration_s: float, warmup_s: float) -> float:
+    from ailab.bench import in_subprocess
+    from ailab.server import create_app, start_in_thread
 
-        texts = workload_texts()
-        cut = np.median([len(t) for t in texts])
-        short = [t for t in texts if len(t) <= cut][:32]
-        long_ = [t for t in texts if len(t) > 3 * cut][:32]
-        long_ = (long_ * 32)[:32]
-        cmp = interleaved({"short": lambda: predictor(short), "long": lambda: predictor(long_)},
-                          rounds=7, warmup=1, max_seconds=6.0)
-        ms = {k: v.p50_ms / 32 for k, v in cmp.stats.items()}
-        per_text_ms = (1 - LONG_SHARE) * ms["short"] + LONG_SHARE * ms["long"]
-        _RATE_CACHE[key] = {"short_ms_per_text": ms["short"], "long_ms_per_text": ms["long"],
-                            "capacity_rps": 1e3 / per_text_ms}
-    return _RATE_CACHE[key]
+    app = create_app({"sentiment": lambda: predictor}, "sentiment", **settings)
+    payloads = [{"inputs": t} for t in workload_texts()]
+    with start_in_thread(app) as handle:
+        return in_subprocess("closed_loop", handle.url + "/v1/predict", payloads, clients=clients,
+                             duration_s=duration_s, warmup_s=warmup_s, timeout_s=10.0).rps
+
+
+def reference(predictor, fresh: bool = False, duration_s: float = 3.0, warmup_s: float = 1.0) -> dict:
+    """What this machine serves of the workload flat out (closed loops), now, through the same HTTP stack
+    and load generator as the check, so the figures carry their cost and whatever else the machine is doing:
+      reference_rps:   REFERENCE_SERVICE, where no short text pays for a long one's padding (32 clients);
+      no_batching_rps: one text per forward pass (4 clients keep it busy; more would only queue);
+      separable:       whether a rate exists that one text per pass misses by a clear margin and like
+                       lengths meet with room. On a quiet 2-core box they are about 3x apart; beside a
+                       process that keeps a core busy, about 2x, which is too close to tell them apart.
+    Kept for the predictor unless `fresh`.
+
+    (The model alone, timed in-process, was the reference before. Beside a busy neighbour its two threads
+    wait on each other far longer than the served model's do, and the rate it implied was one that the
+    defaults and no batching met.)"""
+    cached = _RATE_CACHE.get("for")
+    if fresh or cached is None or cached[0] is not predictor:
+        figures = {"reference_rps": _served_flat_out(predictor, REFERENCE_SERVICE, 32, duration_s, warmup_s),
+                   "no_batching_rps": _served_flat_out(predictor, {"max_batch_size": 1}, 4, duration_s, warmup_s)}
+        figures["separable"] = NO_BATCHING_MARGIN * figures["no_batching_rps"] <= MAX_SHARE * figures["reference_rps"]
+        _RATE_CACHE["for"] = (predictor, figures)
+    return dict(_RATE_CACHE["for"][1])
 
 
 def target_rate(predictor, fresh: bool = False) -> float:
-    """The stated rate for this machine: RATE_SHARE of the reference capacity, at most MAX_RATE_RPS. A shared
-    2-core CI box and a workstation then get the same exercise: a rate that batches padded to their longest
-    text cannot keep up with, nor can one text at a time, while batches of like lengths serve it with room."""
-    return float(min(MAX_RATE_RPS, max(5.0, round(RATE_SHARE * reference(predictor, fresh)["capacity_rps"]))))
+    """The stated rate for this machine, from reference(): RATE_SHARE of what like lengths serve, raised to
+    NO_BATCHING_MARGIN times what one text per pass serves where that is more (beside a busy neighbour, one
+    text per pass loses less than batches do), and never past MAX_SHARE of the reference. Padded batches
+    cannot keep up with it, nor can one text per pass, while batches of like lengths serve it with room."""
+    return stated_rate(**{k: v for k, v in reference(predictor, fresh).items() if k != "separable"})
+
+
+def stated_rate(reference_rps: float, no_batching_rps: float) -> float:
+    """target_rate() from the two figures of reference()."""
+    rate = min(MAX_SHARE * reference_rps, max(RATE_SHARE * reference_rps, NO_BATCHING_MARGIN * no_batching_rps))
+    return float(max(5.0, round(rate)))
 
 
 def measure_service(settings: dict, predictor, rate_rps: float | None = None, duration_s: float = 5.0,
@@ -173,6 +197,8 @@ def check_service_meets_slo(settings, predictor) -> LoadResult:
     # The rate is measured right before the run it judges: on a shared machine the capacity drifts, and a
     # reference taken during a burst of load elsewhere would state a rate the naive settings meet.
     rate = target_rate(predictor, fresh=True)
+    if not reference(predictor)["separable"]:   # perhaps a burst of load elsewhere: measure once more
+        rate = target_rate(predictor, fresh=True)
     for attempt in range(2):
         result = measure_service(settings, predictor, rate, seed=attempt)
         ok, reason = official_verdict(result, rate)
@@ -190,4 +216,10 @@ def check_service_meets_slo(settings, predictor) -> LoadResult:
         hint = (" It batches and still cannot keep up: a batch is padded to its longest text. What does a batch "
                 "of short texts cost once one long text joins it, and how often does that happen in this workload?")
     expect(ok, f"at {rate:g} req/s offered: {reason}.{hint} (measured: {result})")
+    ref = reference(predictor)
+    if not ref["separable"]:
+        warnings.warn(f"this machine is too busy right now for the check to tell settings apart: one text per "
+                      f"forward pass serves {ref['no_batching_rps']:.0f} req/s and batches of like lengths "
+                      f"{ref['reference_rps']:.0f}. The pass holds at {rate:g} req/s here, now; run the check "
+                      "again with other programs closed before you trust it.", stacklevel=2)
     return result
