@@ -90,9 +90,10 @@ def test_live_check_rejects_naive_choices(predictor, name, settings, match):
         except LabCheckFailed as e:
             assert re.search(match, str(e)), str(e)
             return
-    if not any("too busy" in str(w.message) for w in caught):
+    if not any("cannot tell settings apart" in str(w.message) for w in caught):
         pytest.fail(f"{name} met the SLO at the stated rate ({lab.reference(predictor)})")
-    pytest.skip(f"this machine was too busy to tell settings apart ({lab.reference(predictor)}); the check warned")
+    pytest.skip(f"the check could not tell settings apart by a clear margin here ({lab.reference(predictor)}) "
+                "and said so; the naive choice met the SLO")
 
 
 def test_stated_rate_sits_above_no_batching_and_within_the_reference():

@@ -143,8 +143,9 @@ def reference(predictor, fresh: bool = False, duration_s: float = 3.0, warmup_s:
       reference_rps:   REFERENCE_SERVICE, where no short text pays for a long one's padding (32 clients);
       no_batching_rps: one text per forward pass (4 clients keep it busy; more would only queue);
       separable:       whether a rate exists that one text per pass misses by a clear margin and like
-                       lengths meet with room. On a quiet 2-core box they are about 3x apart; beside a
-                       process that keeps a core busy, about 2x, which is too close to tell them apart.
+                       lengths meet with room (NO_BATCHING_MARGIN / MAX_SHARE, 2.3x apart). On a quiet
+                       2-core box they are 2.3-3x apart; beside a process that keeps a core busy, about
+                       2x, too close to tell settings apart by a clear margin.
     Kept for the predictor unless `fresh`.
 
     (The model alone, timed in-process, was the reference before. Beside a busy neighbour its two threads
@@ -218,8 +219,9 @@ def check_service_meets_slo(settings, predictor) -> LoadResult:
     expect(ok, f"at {rate:g} req/s offered: {reason}.{hint} (measured: {result})")
     ref = reference(predictor)
     if not ref["separable"]:
-        warnings.warn(f"this machine is too busy right now for the check to tell settings apart: one text per "
-                      f"forward pass serves {ref['no_batching_rps']:.0f} req/s and batches of like lengths "
-                      f"{ref['reference_rps']:.0f}. The pass holds at {rate:g} req/s here, now; run the check "
-                      "again with other programs closed before you trust it.", stacklevel=2)
+        warnings.warn(f"the check cannot tell settings apart by a clear margin here right now: one text per "
+                      f"forward pass served {ref['no_batching_rps']:.0f} req/s and batches of like lengths "
+                      f"{ref['reference_rps']:.0f} (it needs them {NO_BATCHING_MARGIN / MAX_SHARE:.1f}x apart). "
+                      f"The pass holds at {rate:g} req/s here, now; close other programs and run the check "
+                      "again before you trust it.", stacklevel=2)
     return result
