@@ -73,8 +73,9 @@ class TextClassifierPredictor:
         pred = self.clf.predict(list(texts), drop_truncated=self.too_long == "reject")
         if self.on_stages is not None:
             self.on_stages(pred.timings)
+        # one error per refused text: a shared instance would pile every text's traceback onto one object
         out: list = [InputTooLongError(f"text has more than {self.max_length} word pieces, the most {self.name} "
-                                       f"takes; shorten it (this server refuses, not truncates)")] * len(texts)
+                                       f"takes; shorten it (this server refuses, not truncates)") for _ in texts]
         for p, i in zip(pred.probs, pred.kept):                          # p: (C,)
             k = int(p.argmax())
             out[i] = {"label": self.labels[k], "score": round(float(p[k]), 6),
