@@ -197,20 +197,38 @@ def test_slow_tokenizer_matches_fast_id_for_id(tiny):
 
 
 def test_bench_engine_quick_has_every_figure():
+    from ailab import variants
     from ailab.suites import engine as suite
 
     out = suite.run(quick=True)
-    for key in ("torch_fp32_ms_b1", "torch_fp32_ms_b32", "ort_fp32_ms_b1", "ort_fp32_ms_b32", "ort_int8_ms_b1",
-                "ort_int8_ms_b32", "int8_speedup_vs_torch_fp32_b32", "int8_speedup_vs_ort_fp32_b32", "fp32_accuracy",
-                "int8_accuracy", "int8_accuracy_drop_points", "int8_prediction_agreement", "size_ratio_fp32_over_int8",
-                "device", "threads"):
+    assert [r["variant"] for r in out["variants"]] == list(variants.VARIANTS)
+    for name in variants.VARIANTS:
+        for key in ("ms_b1", "ms_b32", "accuracy", "drop_points", "gate_passed", "build_s", "speedup_b32", "gflops_b32",
+                    "fraction_of_matmul_peak"):
+            assert f"{name}_{key}" in out, (name, key)
+    assert out["torch_eager_speedup_b32"] == 1.0 and out["torch_eager_drop_points"] == 0
+    assert out["auto_choice"] in variants.AUTO_CANDIDATES and out[f"{out['auto_choice']}_gate_passed"]
+    assert out["goal_met"] == (out["auto_speedup_vs_torch_eager_b32"] >= 2.0)
+    assert out["fusion"]["fused"]["Attention"] == 6 and out["fusion"]["nodes_after"] < out["fusion"]["nodes_before"]
+    assert 40 < out["gflop_per_batch32"] < 50 and out["matmul_peak_gflops"] > 0 and out["onnx_matmul_peak_gflops"] > 0
+    for key in ("int8_speedup_vs_torch_fp32_b32", "int8_speedup_vs_ort_fp32_b32", "fp32_accuracy", "int8_accuracy",
+                "int8_accuracy_drop_points", "int8_prediction_agreement", "size_ratio_fp32_over_int8", "device", "threads"):
         assert key in out, key
-    assert out["int8_speedup_vs_ort_fp32_b32"] == pytest.approx(out["ort_fp32_ms_b32"] / out["ort_int8_ms_b32"], rel=0.01)
+    assert out["int8_speedup_vs_ort_fp32_b32"] == pytest.approx(out["ort_plain_ms_b32"] / out["ort_int8_dynamic_ms_b32"],
+                                                                rel=0.01)
     assert out["size_ratio_fp32_over_int8"] > 3.5  # INT8 weights: a measured fact, not a timing
     assert 0.6 < out["fp32_accuracy"] < 0.9 and out["provider"] == "CPUExecutionProvider"
     import json
 
     json.dumps(out)
+
+
+def test_bench_engine_variants_flag():
+    from ailab.suites import engine as suite
+
+    assert suite.parse_args(["--", "--variants", "ort_plain"]).variants == ["torch_eager", "ort_plain"]
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--variants", "tensorrt"])
 
 
 def test_sentiment_runner_for_the_server():

@@ -34,6 +34,7 @@ from ailab.engine.text import (  # noqa: F401
     slow_tokenizer,
     TokenizerComparison,
     compare_tokenizers,
+    weights_key,
     sentiment_onnx,
     sentiment_runner,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "slow_tokenizer",
     "TokenizerComparison",
     "compare_tokenizers",
+    "weights_key",
     "sentiment_onnx",
     "sentiment_runner",
 ]

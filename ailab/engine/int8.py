@@ -24,6 +24,7 @@ def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None
     per channel, 0.992 and no loss, at the same size.
     Writes `<stem>.int8-dynamic[-pt].onnx` beside the input unless `out` is given; reuses a fresh one.
     """
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     path = Path(path)
@@ -33,7 +34,10 @@ def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None
     if reuse and _fresh(out, path):
         return out
     tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
+    # A graph with ORT's fused contrib ops (Attention, SkipLayerNormalization) defeats ONNX shape inference,
+    # so the quantizer cannot tell a MatMul's output type; in these float models it is always float32.
+    extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
     with quiet_logger(""):  # ORT logs 'consider pre-processing' advice on the root logger at every call
-        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel)
+        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel, extra_options=extra)
     os.replace(tmp, out)
     return out

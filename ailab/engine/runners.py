@@ -28,7 +28,7 @@ _ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tens
                "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
                "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 _TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_QUANT_OPS = {"MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
+_QUANT_OPS = {"MatMulInteger", "QAttention", "DynamicQuantizeLinear", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
               "ConvInteger", "QLinearConv", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 
 

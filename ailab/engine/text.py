@@ -206,6 +206,17 @@ def compare_tokenizers(fast, slow, texts: Sequence[str], max_length: int = 64, r
 # ----------------------------------------------------------------------------- the course's sentiment model, ready to serve
 
 
+def weights_key(model: nn.Module) -> str:
+    """16 hex digits of a hash of the weights rounded to 3 decimals: a cache key for files built from them."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        h.update(k.encode())
+        h.update(np.round(v.detach().float().cpu().numpy(), 3).tobytes())
+    return h.hexdigest()[:16]
+
+
 def sentiment_onnx(classifier=None, max_length: int = 64) -> Path:
     """The sentiment classifier (logits + embedding) exported once and cached under cache_dir()/onnx.
 
@@ -213,16 +224,10 @@ def sentiment_onnx(classifier=None, max_length: int = 64) -> Path:
     bit-identical across thread counts, and a 1e-7 difference should not cost a new export, while a
     retrained head does get one. Returns the path of the .onnx file.
     """
-    import hashlib
-
     from ailab.models import cache_dir, sentiment_classifier
 
     classifier = classifier if classifier is not None else sentiment_classifier(max_length=max_length).model
-    h = hashlib.sha256()
-    for k, v in classifier.state_dict().items():
-        h.update(k.encode())
-        h.update(np.round(v.detach().float().cpu().numpy(), 3).tobytes())
-    path = cache_dir() / "onnx" / f"sentiment-{h.hexdigest()[:16]}.onnx"
+    path = cache_dir() / "onnx" / f"sentiment-{weights_key(classifier)}.onnx"
     if not path.exists():
         sample = {"input_ids": torch.randint(1000, 5000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
         tmp = path.with_name(path.stem + f".tmp{os.getpid()}.onnx")

@@ -120,6 +120,10 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     def on_load(entry):
         metrics.model_load.labels(entry.name).set(entry.load_seconds)
         metrics.model_warmup.labels(entry.name).set(entry.warmup_seconds)
+        engine = getattr(entry.predictor, "engine", None)
+        if engine is not None:
+            asked = "auto" if getattr(entry.predictor, "engine_choice", None) else engine
+            metrics.engine.labels(entry.name, engine, asked).set(1)
         if hasattr(entry.predictor, "on_stages"):   # after warm-up: its batches are not traffic
             entry.predictor.on_stages = metrics.stage_observer(entry.name)
 
@@ -248,6 +252,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
         return _json({"status": "ok", "ready": state.ready, "model": entry.predictor.name if entry else None,
                       "model_sha256": entry.sha256 if entry else None, "engine": getattr(
                           entry.predictor, "engine", None) if entry else None,
+                      "engine_choice": getattr(entry.predictor, "engine_choice", None) if entry else None,
                       "models_loaded": sorted(registry.loaded), "rss_bytes": state.rss(),
                       "recent_qps": round(metrics.recent_qps(), 2), "in_flight": state.in_flight,
                       "uptime_s": round(time.time() - state.started, 1), "load_error": state.load_error,

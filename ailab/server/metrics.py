@@ -45,6 +45,8 @@ class ServerMetrics:
         self.model_load = Gauge("ailab_model_load_seconds", "Seconds to load (not warm) each model", ["model"],
                                 registry=r)
         self.model_warmup = Gauge("ailab_model_warmup_seconds", "Seconds to warm up each model", ["model"], registry=r)
+        self.engine = Gauge("ailab_model_engine_info", "The engine each loaded model runs on (1); with engine auto, "
+                            "the variant measured fastest here at start-up", ["model", "engine", "asked"], registry=r)
         Gauge("ailab_in_flight", "Requests being handled now", registry=r).set_function(in_flight)
         Gauge("ailab_queue_depth", "Texts waiting in the batcher queues", registry=r).set_function(queue_depth)
         Gauge("ailab_queue_capacity", "Most texts the queues accept", registry=r).set_function(queue_capacity)

@@ -53,12 +53,14 @@ class TextClassifierPredictor:
     """
 
     def __init__(self, clf: TextClassifierRunner, name: str, sha256: str, too_long: str = "truncate",
-                 engine: str = "torch", n_bytes: int = 0, load_seconds: float = 0.0):
+                 engine: str = "torch", n_bytes: int = 0, load_seconds: float = 0.0,
+                 engine_choice: dict | None = None):
         if too_long not in ("truncate", "reject"):
             raise ValueError(f"too_long={too_long!r}; choose 'truncate' or 'reject'")
         self.clf, self.tokenizer, self.labels, self.max_length = clf, clf.tokenizer, clf.classes, clf.max_length
         self.name, self.sha256, self.too_long = name, sha256, too_long
         self.engine, self.n_bytes, self.load_seconds = engine, n_bytes, load_seconds
+        self.engine_choice = engine_choice  # engine "auto": what was measured at start-up, and what was picked
         self.on_stages: Callable[[StageTimings], None] | None = None
 
     def tokenize(self, texts: list[str]) -> tuple[dict[str, np.ndarray], list[bool]]:
@@ -114,25 +116,49 @@ def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncat
                                    param_bytes(model), time.perf_counter() - t0)
 
 
+ENGINES = ("torch", "onnx", "int8", "auto")
+
+
+def engine_choices() -> list[str]:
+    """What `--engine` takes: the short names, then every variant of ailab.variants by name."""
+    from ailab.variants import VARIANTS
+
+    return [*ENGINES, *VARIANTS]
+
+
 def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: str = "truncate",
                         trained=None, threads: int | None = None) -> TextClassifierPredictor:
-    """The course's MiniLM sentiment classifier on engine torch (fp32), onnx (fp32) or int8 (ONNX dynamic INT8)."""
+    """The course's MiniLM sentiment classifier on engine torch (fp32), onnx (fp32), int8 (ONNX dynamic INT8),
+    auto (the fastest variant on this machine that passes the accuracy gate, measured now: ailab.variants)
+    or any variant named in ailab.variants.VARIANTS."""
     from ailab.models import sentiment_classifier
+    from ailab.variants import VARIANTS
 
-    if engine not in ("torch", "onnx", "int8"):
-        raise ValueError(f"engine={engine!r}; choose torch, onnx or int8")
+    if engine not in ENGINES and engine not in VARIANTS:
+        raise ValueError(f"engine={engine!r}; choose one of {list(ENGINES)} or a variant {list(VARIANTS)}")
     t0 = time.perf_counter()
     trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
     model = trained.model.eval()
+    tok, classes = trained.encoder.tokenizer, list(trained.split.classes)
+    choice = None
     if engine == "torch":
-        clf = torch_classifier(model, trained.encoder.tokenizer, max_length, list(trained.split.classes))
-        sha, n_bytes = state_sha256(model), param_bytes(model)
-    else:
-        from ailab.data import sha256_of
-        from ailab.engine import sentiment_runner  # ONNX export and INT8 live in the engine layer
+        clf = torch_classifier(model, tok, max_length, classes)
+        return TextClassifierPredictor(clf, "minilm-sentiment", state_sha256(model), too_long, engine,
+                                       param_bytes(model), time.perf_counter() - t0)
+    from ailab.variants import auto_choice, build_variants
 
-        clf = sentiment_runner("onnx", "int8" if engine == "int8" else "fp32", threads=threads,
-                               max_length=max_length, trained=trained)
-        # the identity of what is served is the ONNX file the session loaded, not the torch weights
-        sha, n_bytes = sha256_of(clf.runner.path), clf.runner.size_bytes
-    return TextClassifierPredictor(clf, "minilm-sentiment", sha, too_long, engine, n_bytes, time.perf_counter() - t0)
+    if engine == "auto":
+        variant, choice = auto_choice(trained, threads=threads)
+    else:
+        name = {"onnx": "ort_plain", "int8": "ort_int8_dynamic"}.get(engine, engine)
+        variant = build_variants(trained, [name], threads)[name]
+    clf = TextClassifierRunner(variant.runner, tok, max_length, classes)
+    if variant.path is None:  # a torch variant: its identity is the weights in memory
+        sha, n_bytes = state_sha256(model), param_bytes(model)
+    else:  # the identity of what is served is the ONNX file the session loaded, not the torch weights
+        from ailab.data import sha256_of
+
+        sha, n_bytes = sha256_of(variant.path), variant.runner.size_bytes
+    label = engine if engine in ("onnx", "int8") else variant.name
+    return TextClassifierPredictor(clf, "minilm-sentiment", sha, too_long, label, n_bytes, time.perf_counter() - t0,
+                                   choice)

@@ -21,6 +21,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from ailab.server.config import add_config_flags, config_from_args, misspelt_env_settings
+from ailab.server.predictors import engine_choices
 
 
 @dataclass
@@ -122,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(AILAB_MAX_BATCH_SIZE=8); a flag wins over the variable.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
-    p.add_argument("--engine", choices=["torch", "onnx", "int8"], default="torch")
+    p.add_argument("--engine", choices=engine_choices(), default="torch",
+                   help="torch, onnx (FP32), int8 (dynamic INT8), auto (the fastest variant here that passes the "
+                        "accuracy gate, measured at start-up), or one variant of ailab.variants by name")
     p.add_argument("--allow-public-without-key", action="store_true",
                    help="allow a non-loopback --host without an API key (otherwise refused)")
     p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
@@ -172,3 +175,4 @@ def serve_main(argv: list[str] | None = None) -> int:
         print("shutting down: draining in-flight requests ...", file=sys.stderr)
         handle.stop()
     return 0
+

@@ -260,9 +260,10 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     from ailab.device import describe_hardware
     from ailab.models import sentiment_classifier
     from ailab.server import create_app, sentiment_predictor, start_in_thread
+    from ailab.server.predictors import engine_choices
 
     p = argparse.ArgumentParser(prog="ailab bench serving")
-    p.add_argument("--engine", choices=["torch", "onnx", "int8"], default="torch")
+    p.add_argument("--engine", choices=engine_choices(), default="torch")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=10.0)
