@@ -146,6 +146,8 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     async def lifespan(app):
         state.loop = asyncio.get_running_loop()
         task = asyncio.create_task(load_default())  # answer /healthz and /readyz (503) while loading
+        if config.load_before_serving:
+            await asyncio.shield(task)  # start-up ends once the model is ready, or failed (/readyz says why)
         yield
         task.cancel()
         state.ready = False

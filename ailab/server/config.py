@@ -54,6 +54,8 @@ class ServerConfig(BaseModel):
                                         "of this width, so a short text is not padded to a long one (off when unset)")
     retry_after_s: int = Field(1, ge=0, description="the Retry-After of a 503")
     warmup: bool = Field(True, description="run the batch shapes once before taking traffic")
+    load_before_serving: bool = Field(False, description="finish start-up only once the default model is loaded "
+                                      "and warmed (Ray Serve routes to a replica only after its start-up)")
 
     def replace(self, **changes) -> "ServerConfig":
         """A copy with `changes` applied, validated like a new one (an unknown name is refused)."""

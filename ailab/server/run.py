@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow a non-loopback --host without an API key (otherwise refused)")
     p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
     p.add_argument("--quiet", action="store_true", help="no JSON access log on stderr")
+    p.add_argument("--ray", action="store_true", help="serve through Ray Serve: each replica runs this whole app")
+    p.add_argument("--replicas", type=int, default=1, help="with --ray: how many replicas (default 1)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="with --ray: Ray nodes to start on this machine (a test cluster: one raylet each)")
     add_config_flags(p)
     p.add_argument("--timeout-s", dest="request_timeout_s", type=float, default=None,
                    help="the same as --request-timeout-s")
@@ -161,6 +165,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         configure_json_logging(sys.stderr)
     models, default = default_models(args.engine, config.too_long)
+    if args.ray:
+        return _serve_with_ray(args, models, default, config)
     app = create_app(models, default, config)
     print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
     handle = start_in_thread(app, args.host, args.port, log_level="warning",
@@ -176,3 +182,31 @@ def serve_main(argv: list[str] | None = None) -> int:
         handle.stop()
     return 0
 
+
+def _serve_with_ray(args, models, default, config) -> int:
+    """`ailab serve --ray`: Ray Serve's proxy on --host:--port, --replicas copies of this app behind it."""
+    from ailab.server.ray_serve import RayCluster, deployment
+
+    if args.replicas < 1 or args.nodes < 1:
+        print("ailab serve: --replicas and --nodes must be at least 1", file=sys.stderr)
+        return 2
+    if not _is_loopback(args.host):
+        print("ailab serve: --ray binds 127.0.0.1 only in this course (Ray's own ports stay on loopback too)",
+              file=sys.stderr)
+        return 2
+    print(f"starting Ray ({args.nodes} node(s)) and {args.replicas} replica(s) (engine={args.engine}) ...",
+          file=sys.stderr, flush=True)
+    cluster = RayCluster(deployment(models, default, config, replicas=args.replicas).bind(), nodes=args.nodes,
+                         port=args.port or None)
+    print(f"ailab server on Ray Serve ready at {cluster.url}  ({cluster.running_replicas()} replicas; "
+          f"POST {cluster.url}/v1/predict)", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    print("shutting down Ray Serve ...", file=sys.stderr)
+    cluster.stop()
+    return 0

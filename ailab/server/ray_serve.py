@@ -1,0 +1,205 @@
+"""ailab's own server as a Ray Serve deployment, for when one process (or one machine) is not enough.
+
+Each replica is one whole ailab app: the same validation, limits, metrics, batcher and model registry
+as `ailab serve`, mounted with `@serve.ingress`. Ray adds what one process cannot do: several replicas,
+placed on any node of the cluster, a router that spreads requests across them, restarts of dead
+replicas, and autoscaling on the number of requests in flight.
+
+    ailab serve --ray --replicas 2                 # Ray on loopback, Serve's proxy on 127.0.0.1:8000
+    serve run deploy/serve_config.yaml             # the same with Ray's own CLI and a Serve config file
+
+Two rules keep a replica honest:
+- **ready before routed.** The app's start-up (`load_before_serving`) does not finish until the default
+  model is loaded, warmed and self-tested, and Ray routes to a replica only once its start-up finished.
+  A replica with a slow warm-up therefore never sees a request it would answer 503.
+- **unhealthy when it is broken.** Ray calls `check_health` every few seconds; it fails when the model
+  failed to load or a batcher's collector died (what `/readyz` reports too), and Ray replaces the replica.
+
+Ray binds 127.0.0.1 unless told otherwise; an API key still guards /metrics, /v1/models and /admin.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Callable
+
+from ailab.server.config import ServerConfig
+
+
+ROOT_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "serve_config.yaml"  # for `serve run`
+
+
+def replica_problem(state) -> str | None:
+    """Why this replica is broken, or None: for Ray's health check, which restarts a replica that fails it.
+    A model still loading is not broken (a restart would only start the load again)."""
+    if state.load_error:
+        return f"the model failed to load: {state.load_error}"
+    dead = [f"{name}: {e.batcher.dead_reason}" for name, e in state.registry.loaded.items() if not e.batcher.healthy]
+    return f"batcher collector dead ({'; '.join(dead)})" if dead else None
+
+
+def deployment(models: dict[str, Callable] | None = None, default_model: str | None = None,
+               config: ServerConfig | None = None, replicas: int = 1, autoscaling: dict | None = None,
+               num_cpus: float = 1, max_ongoing_requests: int = 256, health_check_period_s: float = 2.0,
+               name: str = "ailab", ready_before_routed: bool = True):
+    """A Ray Serve deployment whose every replica runs create_app(models, default_model, config).
+
+    models: name -> loader, as for create_app (default: the MiniLM sentiment classifier). The loaders are
+    pickled to the replicas, so they must be importable functions or lambdas over picklable values.
+    autoscaling: a Ray AutoscalingConfig dict ({"min_replicas": 1, "max_replicas": 2, ...}); replaces replicas.
+    ready_before_routed=False lets a replica's start-up end before its model is ready (the plain server's
+    behaviour): Ray then routes to it while it still answers 503. Only for showing why the default is True.
+    """
+    from ray import serve
+
+    config = (config or ServerConfig()).replace(load_before_serving=ready_before_routed)
+
+    def build_app():  # runs on the replica: each builds its own app, registry and batcher
+        from ailab.server.app import create_app
+
+        return create_app(models, default_model, config=config)
+
+    options: dict = {"name": name, "max_ongoing_requests": max_ongoing_requests,
+                     "health_check_period_s": health_check_period_s, "health_check_timeout_s": 10.0,
+                     "ray_actor_options": {"num_cpus": num_cpus}}
+    if autoscaling:
+        options["autoscaling_config"] = autoscaling
+    else:
+        options["num_replicas"] = replicas
+
+    @serve.deployment(**options)
+    @serve.ingress(build_app)
+    class AilabReplica:
+        def check_health(self):
+            problem = replica_problem(self.app.state.ailab)
+            if problem:
+                raise RuntimeError(problem)
+
+        def replica_info(self) -> dict:
+            import os
+
+            ctx = serve.get_replica_context()
+            return {"replica": ctx.replica_id.unique_id, "pid": os.getpid(), "node": _node_id()}
+
+    return AilabReplica
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def app(args: dict | None = None):
+    """The builder `serve run ailab.server.ray_serve:app` calls: the default app, settings from AILAB_*
+    variables (and `serve run ... replicas=2 engine=int8`)."""
+    from ailab.server.app import default_models
+
+    args = dict(args or {})
+    config = ServerConfig()
+    models, default = default_models(args.get("engine", "torch"), config.too_long)
+    return deployment(models, default, config, replicas=int(args.get("replicas", 1))).bind()
+
+
+def _loopback_only() -> None:
+    """Keep every Ray address on 127.0.0.1. A driver joining a cluster at 127.0.0.1 is otherwise sent to this
+    machine's network address (Ray assumes a multi-machine cluster), which a sandbox or an off-line laptop may
+    not route; the raylets and workers started after this inherit the setting through the environment."""
+    import os
+
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at each call, so this covers an already imported ray
+
+
+class RayCluster:
+    """Ray on loopback and Serve's HTTP proxy on 127.0.0.1:<port>, one application deployed on it.
+
+    nodes > 1 starts Ray's own multi-node test cluster on this machine (ray.cluster_utils.Cluster: one
+    raylet per node, each with `cpus_per_node` logical CPUs), so replicas can be placed on different nodes.
+    """
+
+    def __init__(self, bound_app, nodes: int = 1, cpus_per_node: float = 2, port: int | None = None,
+                 app_name: str = "ailab", route_prefix: str = "/", ready_timeout_s: float = 300.0):
+        import ray
+        from ray import serve
+
+        t0 = time.perf_counter()
+        self.cluster = None
+        _loopback_only()
+        if nodes > 1:
+            from ray.cluster_utils import Cluster
+
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": cpus_per_node, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+            for _ in range(nodes - 1):
+                self.cluster.add_node(num_cpus=cpus_per_node, node_ip_address="127.0.0.1")
+            ray.init(address=self.cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False,
+                     configure_logging=False, namespace="ailab")
+        else:
+            ray.init(num_cpus=cpus_per_node, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     log_to_driver=False, configure_logging=False, namespace="ailab")
+        if port is None:  # a port nothing listens on now (ailab.services sits above this layer)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port = port
+        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        self.start_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.app_name = app_name
+        serve.run(bound_app, name=app_name, route_prefix=route_prefix, blocking=False)
+        self.wait_running(ready_timeout_s)
+        self.deploy_s = time.perf_counter() - t1
+        self.url = f"http://127.0.0.1:{self.port}{route_prefix.rstrip('/')}"
+
+    def status(self):
+        from ray import serve
+
+        return serve.status().applications.get(self.app_name)
+
+    def wait_running(self, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status is not None and str(status.status).endswith("RUNNING"):
+                return
+            if status is not None and "FAIL" in str(status.status):
+                raise RuntimeError(f"Ray Serve could not deploy {self.app_name}: {status.message}")
+            time.sleep(0.5)
+        raise TimeoutError(f"Ray Serve did not deploy {self.app_name} within {timeout_s:.0f} s")
+
+    def replica_states(self) -> dict[str, int]:
+        """How many replicas are in each state (RUNNING, STARTING, STOPPING, ...)."""
+        out: dict[str, int] = {}
+        for d in self.status().deployments.values():
+            for state, n in d.replica_states.items():
+                out[str(state).split(".")[-1]] = out.get(str(state).split(".")[-1], 0) + n
+        return out
+
+    def running_replicas(self) -> int:
+        return self.replica_states().get("RUNNING", 0)
+
+    def placement(self, calls: int = 40, deployment_name: str = "ailab") -> list[dict]:
+        """Which node each replica runs on, asked of the replicas themselves through Ray's router: `calls`
+        calls of replica_info(), spread over the replicas, one row per replica answering."""
+        from ray import serve
+
+        handle = serve.get_deployment_handle(deployment_name, app_name=self.app_name)
+        seen = {}
+        for info in (handle.replica_info.remote().result() for _ in range(calls)):
+            seen[info["replica"]] = info
+        return sorted(seen.values(), key=lambda r: r["replica"])
+
+    def stop(self) -> None:
+        import ray
+        from ray import serve
+
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            if self.cluster is not None:
+                self.cluster.shutdown()

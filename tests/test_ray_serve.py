@@ -1,0 +1,159 @@
+"""ailab's own app on Ray Serve: the same validation through Ray's proxy, replicas on different nodes of a
+test cluster on this machine, a slow replica routed to only once ready, and a replica killed under load.
+One cluster for the module (Ray takes ~20 s to start here)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ailab.server.predictors import tiny_predictor  # noqa: E402
+from ailab.server.ray_serve import RayCluster, app as config_app, deployment  # noqa: E402
+
+SLOW_LOAD_S = 4.0
+
+
+def slow_tiny():
+    time.sleep(SLOW_LOAD_S)  # a replica whose model takes a while to load and warm
+    return tiny_predictor()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray import cloudpickle  # Ray's own copy pickles the deployments
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the replicas cannot import this test module
+    c = RayCluster(deployment({"tiny": tiny_predictor}, "tiny", replicas=2, num_cpus=0.5).bind(), nodes=2,
+                   cpus_per_node=1)
+    yield c
+    c.stop()
+
+
+def test_the_app_answers_through_ray_with_its_own_validation(cluster):
+    with httpx.Client(timeout=30) as h:
+        ok = h.post(cluster.url + "/v1/predict", json={"inputs": ["a fine film", "dull"]})
+        assert ok.status_code == 200 and [o["label"] in ("positive", "negative") for o in ok.json()["outputs"]]
+        bad = h.post(cluster.url + "/v1/predict", json={"inputs": []})
+        assert bad.status_code == 422 and "empty" in bad.json()["error"]   # ailab's message, not Ray's
+        assert h.get(cluster.url + "/readyz").json()["ready"] is True
+        assert "ailab_requests" in h.get(cluster.url + "/metrics").text
+
+
+def test_replicas_are_placed_on_different_nodes(cluster):
+    rows = cluster.placement()
+    assert len(rows) == 2 and len({r["node"] for r in rows}) == 2, rows
+    assert len({n["NodeID"] for n in ray.nodes() if n["Alive"]}) == 2
+
+
+def test_a_killed_replica_loses_only_what_it_had_in_flight(cluster):
+    victim = cluster.placement()[0]
+    statuses, stop = [], threading.Event()
+
+    def client():
+        with httpx.Client(timeout=30) as h:
+            while not stop.is_set():
+                try:
+                    statuses.append(h.post(cluster.url + "/v1/predict", json={"inputs": "steady traffic"}).status_code)
+                except httpx.HTTPError:
+                    statuses.append(-1)
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    for t in clients:
+        t.start()
+    time.sleep(1.0)
+    os.kill(victim["pid"], signal.SIGKILL)
+    time.sleep(3.0)
+    stop.set()
+    for t in clients:
+        t.join()
+    failed = [s for s in statuses if s != 200]
+    print(f"killed replica pid {victim['pid']}: {len(statuses)} requests, failed: {failed}")
+    assert len(statuses) > 20 and len(failed) <= 4, (len(statuses), failed)  # at most one per client in flight
+    deadline = time.monotonic() + 60
+    while cluster.running_replicas() < 2 and time.monotonic() < deadline:  # Ray starts a new one
+        time.sleep(0.5)
+    assert cluster.running_replicas() == 2
+
+
+def _scale_slow_replicas(cluster, ready_before_routed: bool) -> tuple[dict, list, list, int]:
+    """Deploy one slow replica, then scale to two while sampling /healthz and /v1/predict through the proxy.
+    Returns {pid: seconds after the scale-up when it first answered}, not-ready answers, failures, first pid."""
+    from ray import serve
+
+    name = "slow" if ready_before_routed else "eager"
+    slow = deployment({"tiny": slow_tiny}, "tiny", replicas=1, num_cpus=0.25, name=name,
+                      ready_before_routed=ready_before_routed)
+    serve.run(slow.bind(), name=name, route_prefix=f"/{name}")   # returns once the first replica runs
+    url = f"http://127.0.0.1:{cluster.port}/{name}"
+    with httpx.Client(timeout=30) as h:
+        deadline = time.monotonic() + 60
+        while h.get(url + "/readyz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = h.get(url + "/healthz").json()["pid"]
+        # the same code with one more replica: Ray adds one and keeps the first (a new version would replace it)
+        scale = threading.Thread(target=serve.run, args=(slow.options(num_replicas=2).bind(),),
+                                 kwargs={"name": name, "route_prefix": f"/{name}"})
+        t_scale = time.monotonic()
+        scale.start()
+        seen, not_ready, failed = {}, [], []
+        while time.monotonic() - t_scale < 60 and (len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 8):
+            body = h.get(url + "/healthz").json()
+            if not body["ready"]:
+                not_ready.append(body["pid"])
+            seen.setdefault(body["pid"], time.monotonic() - t_scale)
+            r = h.post(url + "/v1/predict", json={"inputs": "x"})
+            if r.status_code != 200:
+                failed.append(r.status_code)
+            time.sleep(0.02)
+        scale.join()
+    serve.delete(name)
+    return seen, not_ready, failed, first
+
+
+def test_a_slow_replica_gets_traffic_only_once_ready(cluster):
+    """Scale from 1 to 2 replicas whose loader takes 4 s: every answer during the scale-up comes from a ready
+    replica, and the new one answers only after its load finished."""
+    seen, not_ready, failed, first = _scale_slow_replicas(cluster, ready_before_routed=True)
+    print(f"first answer from each replica, seconds after the scale-up began: {seen}")
+    assert not not_ready and not failed, (not_ready, failed)
+    new = [pid for pid in seen if pid != first]
+    assert seen.get(first, 99) < 1 and new, seen
+    assert seen[new[0]] >= SLOW_LOAD_S, seen   # the new replica was routed to only after its 4 s load
+
+
+def test_without_ready_before_routed_the_new_replica_is_routed_to_while_loading(cluster):
+    """The control: start-up that ends before the model is ready lets Ray route to a replica answering 503."""
+    seen, not_ready, failed, first = _scale_slow_replicas(cluster, ready_before_routed=False)
+    print(f"not ready answers: {len(not_ready)}, failed predictions: {failed}")
+    # /healthz answered from a replica still loading; a prediction sent there waits for the model (504 at its
+    # deadline) or is refused (503)
+    assert not_ready and set(failed) <= {503, 504}, (seen, not_ready, failed)
+
+
+def test_the_serve_config_builder_makes_an_app():
+    from ray.serve import Application
+
+    assert isinstance(config_app({"replicas": 2}), Application)
+
+
+def test_the_serve_config_file_is_valid_and_loopback_only():
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    from ailab.server.ray_serve import ROOT_CONFIG
+
+    spec = ServeDeploySchema.parse_obj(yaml.safe_load(ROOT_CONFIG.read_text()))
+    assert spec.http_options.host == "127.0.0.1"
+    (only,) = spec.applications
+    module, attr = only.import_path.split(":")
+    builder = getattr(__import__(module, fromlist=[attr]), attr)
+    from ray.serve import Application
+
+    assert isinstance(builder(only.args), Application)
