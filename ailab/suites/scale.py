@@ -23,6 +23,7 @@ import os
 import sys
 import time
 
+from ailab.server.ray_serve import RayCluster
 
 
 def _texts(n: int = 256) -> list[str]:
@@ -74,48 +75,18 @@ def ray_deployment(max_batch_size: int = 32, batch_wait_s: float = 0.010, max_on
     return Sentiment
 
 
-class RayServe:
-    """Ray started on loopback only (no dashboard), Serve's HTTP proxy on 127.0.0.1:<free port>."""
+class RayServe(RayCluster):
+    """Ray started on loopback only (no dashboard), Serve's HTTP proxy on 127.0.0.1:<free port>, the
+    deployment above at /predict."""
 
     def __init__(self, num_cpus: int = 2, threads: int | None = None, **deployment_kw):
         # threads=None keeps Ray's default for a num_cpus=1 replica (OMP/torch threads = 1). Forcing 2 torch
         # threads in the replica was 2x slower here: it fights the HTTP proxy process for the 2 cores.
-        import ray
-        from ray import serve
-
-        from ailab.services import free_port
-
-        t0 = time.perf_counter()
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False, configure_logging=False, namespace="ailab")
-        self.port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
-        self.start_s = time.perf_counter() - t0
-        app = ray_deployment(threads=threads, **deployment_kw).bind()
-        t1 = time.perf_counter()
-        serve.run(app, name="sentiment", route_prefix="/predict", blocking=False)
-        self._wait_ready()
-        self.deploy_s = time.perf_counter() - t1
-        self.url = f"http://127.0.0.1:{self.port}/predict"
-
-    def _wait_ready(self, timeout_s: float = 240.0) -> None:
-        from ray import serve
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            status = serve.status().applications.get("sentiment")
-            if status is not None and str(status.status).endswith("RUNNING"):
-                return
-            if status is not None and "FAIL" in str(status.status):
-                raise RuntimeError(f"Ray Serve could not deploy the model: {status.message}")
-            time.sleep(0.5)
-        raise TimeoutError(f"Ray Serve did not become ready within {timeout_s:.0f} s")
+        super().__init__(ray_deployment(threads=threads, **deployment_kw).bind(), cpus_per_node=num_cpus,
+                         app_name="sentiment", route_prefix="/predict", ready_timeout_s=240.0)
 
     def replicas(self) -> int:
-        from ray import serve
-
-        app = serve.status().applications["sentiment"]
-        return sum(sum(d.replica_states.values()) for d in app.deployments.values())
+        return sum(self.replica_states().values())
 
     def rss_mb(self) -> tuple[float, int]:
         """Resident memory of every Ray process on this machine (raylet, GCS, proxy, controller, replicas)."""
@@ -129,15 +100,6 @@ class RayServe:
                 total += p.info["memory_info"].rss
                 n += 1
         return total / 2**20, n
-
-    def stop(self) -> None:
-        import ray
-        from ray import serve
-
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
 
 
 # --------------------------------------------------------------------------- the suite
