@@ -148,6 +148,13 @@ class RayCluster:
         self.port = port
         serve.start(http_options={"host": "127.0.0.1", "port": self.port})
         self.start_s = time.perf_counter() - t0
+        self.deploy(bound_app, app_name, route_prefix, ready_timeout_s)
+
+    def deploy(self, bound_app, app_name: str = "ailab", route_prefix: str = "/", ready_timeout_s: float = 300.0):
+        """Deploy (or replace) an application and wait until it runs; it becomes the one `url` and the
+        replica counts refer to."""
+        from ray import serve
+
         t1 = time.perf_counter()
         self.app_name = app_name
         serve.run(bound_app, name=app_name, route_prefix=route_prefix, blocking=False)

@@ -102,6 +102,104 @@ class RayServe(RayCluster):
         return total / 2**20, n
 
 
+def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: float = 0.5, window_s: float = 2.0,
+                      timeout_s: float = 10.0) -> dict:
+    """Offer `steps` [(req/s, seconds), ...] as open loops one after the other, while a thread reads how many
+    replicas run every `poll_s`. Returns {"replicas": [(s, n)], "windows": [{t, p99_ms, n, failed}],
+    "offered": [(start_s, end_s, req/s)], "placement": [...]}: the replica count over time, the p99 of what
+    finished in each `window_s` (failures counted at the time they took), and the node of each replica, asked
+    of the replicas while more than one ran."""
+    import threading
+
+    import numpy as np
+
+    from ailab import bench
+
+    t0 = time.perf_counter()
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    placement: list[dict] = []
+
+    def poll():
+        while not stop.is_set():
+            samples.append((time.perf_counter() - t0, cluster.running_replicas()))
+            if samples[-1][1] > 1 and len(placement) < samples[-1][1]:  # where they ran, asked of them
+                found = cluster.placement(calls=40)    # a new replica may not be in the router's table yet
+                if len(found) > len(placement):
+                    placement[:] = found
+            stop.wait(poll_s)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    done, offered = [], []  # done: (finished at s, latency ms, ok)
+    try:
+        for i, (rate, seconds) in enumerate(steps):
+            start = time.perf_counter() - t0
+            res = bench.open_loop(url, payloads, rate_rps=rate, duration_s=seconds, warmup_s=0.0, seed=i,
+                                  timeout_s=timeout_s)
+            done += [(start + r.done_s, r.latency_ms, r.ok) for r in res.records]
+            offered.append((round(start, 2), round(time.perf_counter() - t0, 2), rate))
+    finally:
+        stop.set()
+        watcher.join()
+    windows = []
+    for lo in np.arange(0.0, max(t for t, _, _ in done), window_s):
+        inside = [(ms, ok) for t, ms, ok in done if lo <= t < lo + window_s]
+        windows.append({"t": round(float(lo + window_s), 2), "n": len(inside),
+                        "p99_ms": round(float(np.percentile([ms for ms, _ in inside], 99)), 1) if inside else None,
+                        "failed": sum(1 for _, ok in inside if not ok)})
+    return {"replicas": [(round(t, 2), n) for t, n in samples], "windows": windows, "offered": offered,
+            "placement": placement}
+
+
+AUTOSCALING_DEMO = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2, "upscale_delay_s": 1.0,
+                    "downscale_delay_s": 4.0, "metrics_interval_s": 0.5, "look_back_period_s": 1.0}
+
+
+def autoscaling_run(payloads, steps=((0.1, 4), (1.0, 30), (0.1, 8)), settle_s: float = 30.0) -> dict:
+    """ailab's own app on a two-node Ray test cluster (1 CPU each, 1 CPU per replica), autoscaled by
+    AUTOSCALING_DEMO, under a rising open loop. `steps` are (multiple of one replica's flat-out rate, seconds).
+
+    First one fixed replica measures what one replica serves flat out here (an autoscaled one would scale up
+    under that very measurement); then the autoscaled app gets the steps, and at the end up to `settle_s` at no
+    load for the way back down. Returns the figures and the trace (see autoscaling_trace)."""
+    from ray import serve
+
+    from ailab import bench
+    from ailab.server import ServerConfig
+    from ailab.server.app import default_models
+    from ailab.server.ray_serve import deployment
+
+    models, default = default_models("torch")
+    settings = ServerConfig(max_batch_size=32, max_wait_ms=10)
+    cluster = RayCluster(deployment(models, default, settings, replicas=1, name="probe").bind(), nodes=2,
+                         cpus_per_node=1, app_name="probe", route_prefix="/probe")
+    try:
+        out = {"ray_start_s": round(cluster.start_s, 1), "probe_deploy_s": round(cluster.deploy_s, 1)}
+        one = bench.closed_loop(cluster.url + "/v1/predict", payloads, clients=16, duration_s=3.0, warmup_s=1.0)
+        out.update(one_replica_rps=round(one.rps, 1), one_replica_p99_ms=one.stats.p99_ms)
+        serve.delete("probe")
+        cluster.deploy(deployment(models, default, settings, autoscaling=AUTOSCALING_DEMO).bind())
+        out["replicas_at_start"] = cluster.running_replicas()
+        trace = autoscaling_trace(cluster, cluster.url + "/v1/predict", payloads,
+                                  [(k * one.rps, seconds) for k, seconds in steps])
+        deadline = time.monotonic() + settle_s
+        while cluster.running_replicas() > 1 and time.monotonic() < deadline:  # the way back down, at no load
+            time.sleep(0.5)
+        out["replicas_after_settling"] = cluster.running_replicas()
+    finally:
+        cluster.stop()
+    up = next((t for t, n in trace["replicas"] if n > 1), None)
+    lo, hi = trace["offered"][1][:2] if len(trace["offered"]) > 1 else (0, 0)
+    high = [w for w in trace["windows"] if lo < w["t"] <= hi and w["p99_ms"] is not None]
+    out.update(trace=trace, max_replicas=max(n for _, n in trace["replicas"]), second_replica_at_s=up,
+               nodes_used=len({r["node"] for r in trace["placement"]}),
+               p99_ms_high_before_second=max((w["p99_ms"] for w in high if up is None or w["t"] <= up), default=None),
+               p99_ms_high_last_6s=max((w["p99_ms"] for w in high if w["t"] > hi - 6), default=None))
+    return out
+
+
 # --------------------------------------------------------------------------- the suite
 
 @contextlib.contextmanager
@@ -191,6 +289,10 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         if ray is not None:
             out["ratio"] = out["ailab_rps"] / out["ray_rps"] if out.get("ray_rps") else None
             out["ailab_faster"] = bool(out["ratio"] and out["ratio"] >= 1.3 and out["ailab_p99_ms"] < out["ray_p99_ms"])
+
+        if ray is not None:  # ailab's own app on Ray: two nodes, autoscaling under a rising load
+            auto = autoscaling_run(payloads)
+            out.update({f"ailab_on_ray_{k}": v for k, v in auto.items() if k != "trace"})
 
         # Ray is gone: the sweep and the soak see only the ailab server.
         sw = bench.sweep(url, payloads, sweep_c, slo_p99_ms=args.slo_ms, duration_s=1.5 if quick else 4.0,
