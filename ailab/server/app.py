@@ -14,91 +14,30 @@ every millisecond spent on the event loop is a millisecond the GIL is not free f
                       (409 when old + new would exceed the memory budget; needs the API key, or without
                       one a loopback client)
 
-Headers are checked in headers.py, the body's size and time and the requests in flight in limits.py,
-malformed HTTP below the app in protocol.py: every refusal is a 4xx (or 503) with a JSON message.
+The routes live in routes.py, the state they share in state.py. Headers are checked in headers.py, the
+body's size and time and the requests in flight in limits.py, malformed HTTP below the app in protocol.py:
+every refusal is a 4xx (or 503) with a JSON message.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import ipaddress
-import json
-import os
-import time
-from dataclasses import dataclass, field
 from typing import Callable
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
 
-from ailab.batching import BatcherClosedError, DeadlineExceededError, QueueFullError
-import ailab.server.headers as hdr
+import ailab.server.routes as routes
 from ailab.server.config import ServerConfig
-from ailab.server.limits import CLOSE, ConcurrencyLimit, read_body
-from ailab.server.metrics import ServerMetrics, log_request, rss_bytes
-from ailab.server.predictors import InputTooLongError
-from ailab.server.registry import ModelLoadError, ModelRegistry, SwapRefusedError, UnknownModelError
-from ailab.server.validation import InvalidRequest, parse_predict
-
-
-@dataclass
-class ServerState:
-    config: ServerConfig
-    registry: ModelRegistry
-    metrics: ServerMetrics
-    ready: bool = False
-    load_error: str | None = None
-    started: float = field(default_factory=time.time)
-    in_flight: int = 0
-    loop: asyncio.AbstractEventLoop | None = None
-    _rss: tuple = (0.0, 0)
-
-    def rss(self) -> int:
-        """Process RSS, sampled at most every 0.5 s (psutil costs ~20 us; not per request)."""
-        now = time.monotonic()
-        if now - self._rss[0] > 0.5:
-            self._rss = (now, rss_bytes())
-        return self._rss[1]
-
-
-_EXTRA_HEADERS = {401: {"WWW-Authenticate": "Bearer"}, 408: CLOSE}
-
-
-def _json(payload: dict, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(json.dumps(payload, ensure_ascii=False).encode(), status_code=status,
-                    media_type="application/json", headers=headers)
+from ailab.server.limits import ConcurrencyLimit
+from ailab.server.metrics import ServerMetrics
+from ailab.server.registry import ModelRegistry
+from ailab.server.state import ServerState
 
 
 def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[dict[str, Callable], str]:
     from ailab.server.predictors import sentiment_predictor
 
     return {"sentiment": lambda: sentiment_predictor(engine, too_long=too_long)}, "sentiment"
-
-
-def access_denied(request: Request, api_key: str | None, admin: bool = False) -> tuple[int, str] | None:
-    """None when the request may go on, else (status, message). With a key set every route but the probes
-    needs it (401 without or with a wrong one); without a key, /admin/* answers loopback clients only (403):
-    a hot swap must never be one HTTP call away for anyone on the network."""
-    if not api_key:
-        if admin and not _loopback_peer(request):
-            return 403, "admin routes answer only loopback clients when the server has no API key (--api-key)"
-        return None
-    try:
-        got = hdr.api_key(request)
-    except InvalidRequest as e:
-        return e.status, e.message
-    if not hmac.compare_digest(got.encode(), api_key.encode()):
-        return 401, "missing or wrong API key (send Authorization: Bearer <key>)"
-    return None
-
-
-def _loopback_peer(request: Request) -> bool:
-    host = request.client.host if request.client else ""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def create_app(models: dict[str, Callable[[], object]] | None = None, default_model: str | None = None,
@@ -110,42 +49,23 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     if models is None:
         models, default_model = default_models(too_long=config.too_long)
     default_model = default_model or next(iter(models))
-    holder: dict = {}
+    # The gauges read the registry and the state made just below (a closure sees them once they exist).
     metrics = ServerMetrics(
-        queue_depth=lambda: sum(e.batcher.queue_depth for e in holder["reg"].loaded.values()),
-        queue_capacity=lambda: config.max_queue * max(1, len(holder["reg"].loaded)),
-        in_flight=lambda: holder["state"].in_flight,
-        models_loaded=lambda: len(holder["reg"].loaded))
-
-    def on_load(entry):
-        metrics.model_load.labels(entry.name).set(entry.load_seconds)
-        metrics.model_warmup.labels(entry.name).set(entry.warmup_seconds)
-        engine = getattr(entry.predictor, "engine", None)
-        if engine is not None:
-            asked = "auto" if getattr(entry.predictor, "engine_choice", None) else engine
-            metrics.engine.labels(entry.name, engine, asked).set(1)
-        if hasattr(entry.predictor, "on_stages"):   # after warm-up: its batches are not traffic
-            entry.predictor.on_stages = metrics.stage_observer(entry.name)
-
+        queue_depth=lambda: sum(e.batcher.queue_depth for e in registry.loaded.values()),
+        queue_capacity=lambda: config.max_queue * max(1, len(registry.loaded)),
+        in_flight=lambda: state.in_flight,
+        models_loaded=lambda: len(registry.loaded))
     registry = ModelRegistry(models, default_model, config.max_models, config.max_model_bytes,
                              {"max_batch_size": config.max_batch_size, "max_wait_ms": config.max_wait_ms,
                               "max_queue": config.max_queue, "length_bucket_tokens": config.length_bucket_tokens},
-                             config.torch_threads, metrics.on_batch, on_load,
+                             config.torch_threads, metrics.on_batch, metrics.on_model_loaded,
                              config.warmup)
-    state = holder["state"] = ServerState(config, registry, metrics)
-    holder["reg"] = registry
-
-    async def load_default():
-        try:
-            await registry.get(default_model)
-            state.ready = True
-        except Exception as e:  # noqa: BLE001 - the server lives on: readyz says why, fallback may answer
-            state.load_error = f"{type(e).__name__}: {e}"
+    state = ServerState(config, registry, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         state.loop = asyncio.get_running_loop()
-        task = asyncio.create_task(load_default())  # answer /healthz and /readyz (503) while loading
+        task = asyncio.create_task(state.load_default())  # answer /healthz and /readyz (503) while loading
         if config.load_before_serving:
             await asyncio.shield(task)  # start-up ends once the model is ready, or failed (/readyz says why)
         yield
@@ -158,146 +78,5 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     app.add_middleware(ConcurrencyLimit, limit=config.max_concurrency, retry_after_s=config.retry_after_s,
                        on_reject=lambda: metrics.requests.labels("503").inc())
 
-    async def infer(req, deadline: float, priority: int):
-        """Submit each text; retry once on a batcher closed by a hot swap or an eviction."""
-        for attempt in range(2):
-            entry = await registry.get(req.model)
-            b = entry.batcher
-            try:
-                if len(req.texts) == 1:
-                    return entry, [await b.submit(req.texts[0], priority=priority, deadline=deadline)]
-                if b.room(priority) < len(req.texts):   # all or nothing (total and per-level bounds): no half answers
-                    b.stats.rejected += 1
-                    raise QueueFullError(f"{len(req.texts)} texts do not fit in the queue")
-                tasks = [asyncio.ensure_future(b.submit(t, priority=priority, deadline=deadline)) for t in req.texts]
-                try:
-                    return entry, await asyncio.gather(*tasks)
-                except BaseException:
-                    for t in tasks:                   # one text failed: stop paying for its siblings
-                        t.cancel()
-                    raise
-            except BatcherClosedError:
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def error(status: int, message: str, rid: str, headers: dict | None = None) -> Response:
-        headers = {**(headers or {}), **_EXTRA_HEADERS.get(status, {})}
-        return _json({"error": message, "status": status, "request_id": rid}, status, headers)
-
-    @app.post("/v1/predict")
-    async def predict(request: Request) -> Response:
-        t0 = time.perf_counter()
-        rid, bad_rid = hdr.request_id(request)
-        state.in_flight += 1
-        req, status, model_name, err = None, 500, None, None
-        try:
-            if denied := access_denied(request, config.api_key):
-                raise InvalidRequest(*denied)
-            if bad_rid:
-                raise InvalidRequest(400, bad_rid)
-            hdr.check_content_type(request)
-            deadline, priority = hdr.deadline(request, config.request_timeout_s), hdr.priority(request)
-            body = await read_body(request, config.max_body_bytes, config.body_timeout_s)
-            req = parse_predict(body, config.max_items, config.max_chars)
-            if config.max_rss_bytes and state.rss() > config.max_rss_bytes:
-                status, err = 503, "server memory is over its watermark; retry later"
-                return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
-            try:
-                entry, outputs = await infer(req, deadline, priority)
-            except (InvalidRequest, UnknownModelError, QueueFullError, DeadlineExceededError, InputTooLongError):
-                raise
-            except Exception as e:  # noqa: BLE001 - the model cannot serve: degrade if configured
-                if config.fallback is None:
-                    raise
-                status, model_name, err = 200, "fallback", f"{type(e).__name__}: {e}"
-                metrics.degraded.inc()
-                return _json({"outputs": [dict(config.fallback) for _ in req.texts], "model": "fallback",
-                              "model_sha256": None, "request_id": rid, "degraded": True})
-            n_trunc = sum(1 for o in outputs if isinstance(o, dict) and o.get("truncated"))
-            metrics.inputs.inc(len(outputs))
-            if n_trunc:
-                metrics.truncated.inc(n_trunc)
-            status, model_name = 200, entry.name
-            return _json({"outputs": outputs, "model": entry.name, "model_sha256": entry.sha256,
-                          "request_id": rid})
-        except InvalidRequest as e:
-            status, err = e.status, e.message
-            return error(status, err, rid)
-        except UnknownModelError as e:
-            status, err = 404, str(e)
-            return error(status, err, rid)
-        except InputTooLongError as e:
-            status, err = 413, str(e)
-            return error(status, err, rid)
-        except QueueFullError:
-            status, err = 503, "server is at capacity (queue full); retry after the Retry-After seconds"
-            return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
-        except DeadlineExceededError:
-            status, err = 504, "the request's deadline passed before the model got to it"
-            return error(status, err, rid)
-        except ModelLoadError as e:
-            status, err = 503, str(e)
-            return error(status, err, rid, {"Retry-After": str(config.retry_after_s)})
-        except Exception as e:  # noqa: BLE001 - one bad request must not take the server down
-            status, err = 500, f"inference failed: {type(e).__name__}"
-            return error(status, err, rid)
-        finally:
-            state.in_flight -= 1
-            seconds = time.perf_counter() - t0
-            metrics.on_request(status, seconds)
-            log_request(rid, status, seconds, req.texts if req else None, model_name, err)
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        entry = registry.loaded.get(registry.default)
-        return _json({"status": "ok", "ready": state.ready, "model": entry.predictor.name if entry else None,
-                      "model_sha256": entry.sha256 if entry else None, "engine": getattr(
-                          entry.predictor, "engine", None) if entry else None,
-                      "engine_choice": getattr(entry.predictor, "engine_choice", None) if entry else None,
-                      "models_loaded": sorted(registry.loaded), "rss_bytes": state.rss(),
-                      "recent_qps": round(metrics.recent_qps(), 2), "in_flight": state.in_flight,
-                      "uptime_s": round(time.time() - state.started, 1), "load_error": state.load_error,
-                      "pid": os.getpid()})
-
-    @app.get("/readyz")
-    async def readyz() -> Response:
-        # A loaded model whose batcher's collector died answers nothing: take this replica out of
-        # rotation (503) and say why, instead of passing probes while every request fails.
-        dead = [f"model {name!r}: {e.batcher.dead_reason}" for name, e in registry.loaded.items()
-                if not e.batcher.healthy]
-        if state.ready and not dead:
-            return _json({"ready": True, "model": registry.default})
-        reason = ("; ".join(dead) + " (restart the server or swap the model)" if dead
-                  else state.load_error or "the model is still loading and warming up")
-        return _json({"ready": False, "reason": reason}, 503, {"Retry-After": str(config.retry_after_s)})
-
-    @app.get("/metrics")
-    async def prometheus(request: Request) -> Response:
-        if denied := access_denied(request, config.api_key):
-            return error(*denied, "-")
-        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    @app.get("/v1/models")
-    async def list_models(request: Request) -> Response:
-        if denied := access_denied(request, config.api_key):
-            return error(*denied, "-")
-        return _json({"registered": registry.names(), "default": registry.default,
-                      "loaded": [e.describe() for e in registry.loaded.values()], "evictions": registry.evictions})
-
-    @app.post("/admin/models/{name}/swap")
-    async def swap(name: str, request: Request) -> Response:
-        """Hot swap: reload `name` from its registered loader (e.g. new weights on disk) without dropping requests."""
-        if denied := access_denied(request, config.api_key, admin=True):
-            return error(*denied, "-")
-        try:
-            entry = await registry.swap(name)
-        except UnknownModelError as e:
-            return error(404, str(e), "-")
-        except SwapRefusedError as e:
-            return error(409, f"swap refused, the old version keeps serving: {e}", "-")
-        except ModelLoadError as e:
-            return error(500, f"swap refused, the old version keeps serving: {e}", "-")
-        return _json({"swapped": name, **entry.describe()})
-
+    app.include_router(routes.router)  # the handlers, each reading this state from request.app.state.ailab
     return app
