@@ -132,9 +132,10 @@ def test_without_ready_before_routed_the_new_replica_is_routed_to_while_loading(
     """The control: start-up that ends before the model is ready lets Ray route to a replica answering 503."""
     seen, not_ready, failed, first = _scale_slow_replicas(cluster, ready_before_routed=False)
     print(f"not ready answers: {len(not_ready)}, failed predictions: {failed}")
-    # /healthz answered from a replica still loading; a prediction sent there waits for the model (504 at its
-    # deadline) or is refused (503)
-    assert not_ready and set(failed) <= {503, 504}, (seen, not_ready, failed)
+    # Traffic reached a replica still loading: its /healthz said not ready, or a prediction sent there waited for
+    # the model (504 at its deadline) or was refused (503). Under load the sampling loop can sit in that very
+    # prediction through the whole load, so either sign counts.
+    assert (not_ready or failed) and set(failed) <= {503, 504}, (seen, not_ready, failed)
 
 
 def test_the_serve_config_builder_makes_an_app():

@@ -54,4 +54,6 @@ def test_bench_serving_short_run_reports_every_figure():
     assert out["non_200"] == {"batched": 0, "unbatched": 0, "naive": 0}
     assert out["batched_rps"] > 0 and out["unbatched_rps"] > 0 and out["naive_rps"] > 0
     assert out["batching_gain"] == out["batched_rps"] / out["unbatched_rps"]
-    assert 1 <= out["mean_batch_size"] <= 32 and out["batcher_noop_rps"] > 1000
+    # a figure, not a speed check (the bench reports it): a starved CPU measured 31 and 231 where a quiet one
+    # measures thousands
+    assert 1 <= out["mean_batch_size"] <= 32 and out["batcher_noop_rps"] > 0
