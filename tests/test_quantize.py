@@ -142,25 +142,6 @@ def test_precision_support_and_casts():
     assert q.model_size_bytes(r) == (4 * 2 + 2) * 2
 
 
-def test_precision_view_callback():
-    rows = [{"name": n, "batch_size": bs, "p50_ms": ms * bs, "size_mb": size, "accuracy": acc, "agreement": agr}
-            for n, ms, size, acc, agr in (("fp32", 4.0, 90.0, 0.80, 1.0), ("int8", 2.0, 22.5, 0.79, 0.98))
-            for bs in (1, 32)]
-    view = q.precision_view(rows, "int8", 32)
-    assert view["categories"] == ["fp32", "int8"]
-    assert view["series"] == {"p50 ms at batch 32": [128.0, 64.0]}
-    assert "2.00x the speed of fp32" in view["title"] and "4.0x smaller" in view["title"]
-    assert "-1.0 pt" in view["title"] and "98.0%" in view["title"]
-    assert "1.00x" in q.precision_view(rows, "fp32", 1)["title"]
-    with pytest.raises(ValueError, match="not measured"):
-        q.precision_view(rows, "fp16", 32)
-    with pytest.raises(ValueError, match="batch size 8"):
-        q.precision_view(rows, "int8", 8)
-    from ailab import viz
-
-    assert viz.bar_chart(**view, subtitle="test").layout.title.text.startswith("int8 at batch 32")
-
-
 def test_interleaved_latency_times_each_runner_in_turn():
     order = []
 

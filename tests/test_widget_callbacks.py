@@ -15,6 +15,7 @@ from ailab.memory.kv import kv_view
 from ailab.retrieval import TradeOff, nprobe_figure, nprobe_view
 from ailab.roofline import attainable, attainable_figure
 from ailab.suites.serving import bucketing_view, padding_by_bucket
+from ailab.widgets import precision_view
 
 GiB = 2**30
 
@@ -237,3 +238,24 @@ def test_explorer_is_live_in_a_kernel_and_a_figure_in_a_static_page(monkeypatch)
     assert seen == [3, 5], "moving a control redraws through the callback"
     monkeypatch.setenv(STATIC_ENV, "1")
     assert explorer(callback, {"n": w.IntSlider(value=4, min=1, max=9)}, title="t") == "n=4"
+
+
+# ----------------------------------------------------------------------------- 2_engine/03: precision
+
+def test_precision_view_callback():
+    rows = [{"name": n, "batch_size": bs, "p50_ms": ms * bs, "size_mb": size, "accuracy": acc, "agreement": agr}
+            for n, ms, size, acc, agr in (("fp32", 4.0, 90.0, 0.80, 1.0), ("int8", 2.0, 22.5, 0.79, 0.98))
+            for bs in (1, 32)]
+    view = precision_view(rows, "int8", 32)
+    assert view["categories"] == ["fp32", "int8"]
+    assert view["series"] == {"p50 ms at batch 32": [128.0, 64.0]}
+    assert "2.00x the speed of fp32" in view["title"] and "4.0x smaller" in view["title"]
+    assert "-1.0 pt" in view["title"] and "98.0%" in view["title"]
+    assert "1.00x" in precision_view(rows, "fp32", 1)["title"]
+    with pytest.raises(ValueError, match="not measured"):
+        precision_view(rows, "fp16", 32)
+    with pytest.raises(ValueError, match="batch size 8"):
+        precision_view(rows, "int8", 8)
+    from ailab import viz
+
+    assert viz.bar_chart(**view, subtitle="test").layout.title.text.startswith("int8 at batch 32")

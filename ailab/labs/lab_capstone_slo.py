@@ -40,7 +40,7 @@ def workload_texts(n: int = 200, seed: int = 0) -> list[str]:
     """What the service is offered: short reviews (3-8 words) and LONG_SHARE long ones (three 20-40-word
     reviews joined), shuffled. A batch is padded to its longest text, so one long text in a batch of
     short ones makes every one of them cost as much as it does."""
-    from ailab.suites.serving import bench_texts
+    from ailab.data import bench_texts
 
     n_long = round(LONG_SHARE * n)
     short = bench_texts(n - n_long, min_words=3, max_words=8, seed=seed)

@@ -189,14 +189,23 @@ class RayCluster:
     def running_replicas(self) -> int:
         return self.replica_states().get("RUNNING", 0)
 
-    def placement(self, calls: int = 40, deployment_name: str = "ailab") -> list[dict]:
+    def placement(self, calls: int = 40, deployment_name: str = "ailab", timeout_s: float = 10.0) -> list[dict]:
         """Which node each replica runs on, asked of the replicas themselves through Ray's router: `calls`
-        calls of replica_info(), spread over the replicas, one row per replica answering."""
+        calls of replica_info(), spread over the replicas, one row per replica answering. All the calls share
+        `timeout_s`: a replica that died or a cluster going down ends the asking there, and the rows say which
+        replicas did answer."""
         from ray import serve
 
         handle = serve.get_deployment_handle(deployment_name, app_name=self.app_name)
-        seen = {}
-        for info in (handle.replica_info.remote().result() for _ in range(calls)):
+        seen, deadline = {}, time.monotonic() + timeout_s
+        for _ in range(calls):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                info = handle.replica_info.remote().result(timeout_s=left)
+            except TimeoutError:
+                break
             seen[info["replica"]] = info
         return sorted(seen.values(), key=lambda r: r["replica"])
 

@@ -27,7 +27,7 @@ from ailab.server.ray_serve import RayCluster
 
 
 def _texts(n: int = 256) -> list[str]:
-    from ailab.suites.serving import bench_texts
+    from ailab.data import bench_texts
 
     return bench_texts(n)
 
@@ -125,7 +125,7 @@ def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: fl
         while not stop.is_set():
             samples.append((time.perf_counter() - t0, cluster.running_replicas()))
             if samples[-1][1] > 1 and len(placement) < samples[-1][1]:  # where they ran, asked of them
-                found = cluster.placement(calls=40)    # a new replica may not be in the router's table yet
+                found = cluster.placement(calls=40, timeout_s=5.0)    # a new replica may not be in the router's table yet
                 if len(found) > len(placement):
                     placement[:] = found
             stop.wait(poll_s)
@@ -142,7 +142,9 @@ def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: fl
             offered.append((round(start, 2), round(time.perf_counter() - t0, 2), rate))
     finally:
         stop.set()
-        watcher.join()
+        watcher.join(timeout=poll_s + 45.0)   # one poll: serve.status() and one placement bounded at 5 s
+    if watcher.is_alive():
+        raise RuntimeError("the replica poller did not stop within 45 s: Ray's controller is not answering")
     windows = []
     for lo in np.arange(0.0, max(t for t, _, _ in done), window_s):
         inside = [(ms, ok) for t, ms, ok in done if lo <= t < lo + window_s]

@@ -24,6 +24,7 @@ import time
 import numpy as np
 from pydantic import BaseModel
 
+from ailab.data import bench_texts
 from ailab.monitoring import histogram_from_metrics, read_metrics  # noqa: F401 - the notebooks read them here
 
 
@@ -32,16 +33,6 @@ class NaiveBody(BaseModel):
 
 
 # ----------------------------------------------------------------------------- what is measured
-
-def bench_texts(n: int = 512, min_words: int = 8, max_words: int = 40, seed: int = 0) -> list[str]:
-    """Rotten Tomatoes snippets of 8-40 words, in a fixed shuffled order."""
-    from ailab.data import sentiment
-
-    split = sentiment()
-    pool = [t for t in list(split.X_train) + list(split.X_test) if min_words <= len(t.split()) <= max_words]
-    rng = np.random.default_rng(seed)
-    return [pool[i] for i in rng.permutation(len(pool))[:n]]
-
 
 def model_alone(predictor, texts: list[str], batch_size: int, seconds: float = 4.0) -> dict:
     """Per-item time of the predictor (tokenize + forward + softmax) at batch 1 and at batch_size."""
