@@ -95,3 +95,32 @@ def test_labs_check_cli_reports_clearly(tmp_path, capsys):
     assert "not a readable Jupyter notebook" in capsys.readouterr().err
     assert main(["labs", "check", str(tmp_path / "missing.ipynb")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_kernel_that_fails_to_start_is_started_again(monkeypatch, tmp_path):
+    """A kernel that dies before running any cell (kernels started at once can race for their ports) is the
+    machine's failure, not the learner's: the notebook runs in a new kernel. A crash in a cell is still a crash."""
+    from nbclient import NotebookClient
+
+    real, calls = NotebookClient.execute, []
+
+    def fails_to_start_once(self, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(NotebookClient, "execute", fails_to_start_once)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["ailab"] = {"lab": "startup_test"}
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "startup.ipynb"
+    nbformat.write(nb, str(path))
+    report = run_lab(path)
+    assert len(calls) == 2 and report.status == "ok" and not report.cell_errors
+    nb.cells = [nbformat.v4.new_code_cell("import os\nos._exit(1)")]
+    nbformat.write(nb, str(path))
+    calls.clear()
+    calls.append(1)   # start normally: a crash inside a cell is reported, not retried
+    crashed = run_lab(path)
+    assert crashed.status == "crashed" and "cell 0" in crashed.detail and len(calls) == 2

@@ -19,6 +19,9 @@ from ailab.labs.build import lab_name
 from ailab.labs.core import REPORT_ENV
 
 
+KERNEL_START_ATTEMPTS = 3   # a kernel that dies before running any cell is started again
+
+
 @dataclass
 class LabReport:
     path: str
@@ -99,17 +102,25 @@ def run_lab(path: str | Path, timeout: int = 900, limit_s: float | None = None) 
         report_file.touch()
         # The kernel gets its own environment, so several runs can go on at once in one process.
         env = {**os.environ, REPORT_ENV: str(report_file)}
-        client = NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout, kernel_name="python3",
-                                allow_errors=True, on_cell_execute=on_cell_execute,
-                                shutdown_kernel="graceful" if limit_s is None else "immediate",
-                                resources={"metadata": {"path": str(Path(path).parent.resolve())}})
-        try:
-            client.execute(env=env)
-        except (CellTimeoutError, _TimeLimit):
-            limit = f"{limit_s:g} s for the notebook" if limit_s is not None else f"{timeout} s per cell"
-            status, detail = "timeout", f"time limit ({limit}) reached in cell {where['cell']}"
-        except DeadKernelError:
-            status, detail = "crashed", f"the kernel died in cell {where['cell']}"
+        for attempt in range(KERNEL_START_ATTEMPTS):
+            client = NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout, kernel_name="python3",
+                                    allow_errors=True, on_cell_execute=on_cell_execute,
+                                    shutdown_kernel="graceful" if limit_s is None else "immediate",
+                                    resources={"metadata": {"path": str(Path(path).parent.resolve())}})
+            try:
+                client.execute(env=env)
+            except (CellTimeoutError, _TimeLimit):
+                limit = f"{limit_s:g} s for the notebook" if limit_s is not None else f"{timeout} s per cell"
+                status, detail = "timeout", f"time limit ({limit}) reached in cell {where['cell']}"
+            except Exception as e:  # noqa: BLE001 - sorted below: the learner's crash, or a kernel that never started
+                if where["cell"] is None and attempt + 1 < KERNEL_START_ATTEMPTS:
+                    # No cell ran: the kernel failed to start (kernels started at once can race for the ports
+                    # they were given). That is the machine's failure, not the learner's: start another.
+                    continue
+                if not isinstance(e, DeadKernelError):
+                    raise
+                status, detail = "crashed", f"the kernel died in cell {where['cell']}"
+            break
         checks = [json.loads(line) for line in report_file.read_text().splitlines() if line.strip()]
     errors = []
     for i, cell in enumerate(nb.cells):
