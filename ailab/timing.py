@@ -12,8 +12,6 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ailab.device import sync
-
 
 @dataclass
 class LatencyStats:
@@ -58,6 +56,10 @@ def measure_latency(fn: Callable[[], object], iters: int = 30, warmup: int = 5,
     """
     if iters < 1 or warmup < 0:
         raise ValueError(f"measure_latency needs iters >= 1 and warmup >= 0 (got iters={iters}, warmup={warmup})")
+    # Imported here: the load generator's child process imports this module for latency_stats alone, and
+    # importing torch (through ailab.device) would add ~1.5 s and ~300 MB to every load test it runs.
+    from ailab.device import sync
+
     for _ in range(warmup):
         fn()
     sync(device)
@@ -108,6 +110,8 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int = 10, warmu
     if rounds < 1 or warmup < 0 or not fns:
         raise ValueError(f"interleaved() needs functions, rounds >= 1 and warmup >= 0 (got {len(fns)} functions, "
                          f"rounds={rounds}, warmup={warmup})")
+    from ailab.device import sync  # not at the top: see measure_latency
+
     for fn in fns.values():
         for _ in range(warmup):
             fn()

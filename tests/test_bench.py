@@ -307,6 +307,17 @@ def test_in_subprocess_returns_the_same_kind_of_result(server):
         bench.in_subprocess("soak", url, None)
 
 
+def test_the_load_generator_process_does_not_import_torch():
+    """Its child process shares the machine with the server it measures: importing torch there would cost
+    every load test ~1.5 s of CPU and ~300 MB while the server starts, and nothing in the loops needs it."""
+    import subprocess
+    import sys
+
+    code = "import sys, ailab.bench, ailab.bench.loops; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
 def test_scale_suite_quick_on_the_real_server():
     """`ailab bench --quick scale`: the ailab server in a child process, sweep + best within the SLO + a short soak (no Ray)."""
     from ailab.suites import scale

@@ -71,9 +71,8 @@ def test_workload_mixes_short_texts_with_long_ones(predictor):
     assert abs(long_share - lab.LONG_SHARE) < 0.02 and sorted(tokens)[len(tokens) // 2] <= 16
 
 
-def test_live_check_passes_a_tuned_service(predictor):
-    result = lab.check_service_meets_slo(TUNED, predictor)
-    assert result.stats.p99_ms <= lab.P99_BOUND_MS
+# That the live check passes a tuned service is proved by nbval over the solution notebook, which runs it
+# on the solution's settings; running it here too cost ~20 s of `make test` for nothing new.
 
 
 @pytest.mark.parametrize("name, settings, match", [

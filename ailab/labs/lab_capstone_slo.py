@@ -20,6 +20,7 @@ import numpy as np
 
 from ailab.bench import LoadResult
 from ailab.labs.core import check, expect
+from ailab.server.config import ServerConfig
 
 LAB = "lab_capstone_slo"
 RATE_SHARE = 0.6         # the stated rate: this share of what REFERENCE_SERVICE serves flat out here, now,
@@ -209,11 +210,12 @@ def check_service_meets_slo(settings, predictor) -> LoadResult:
         rate = max(rate, target_rate(predictor, fresh=True))
     hint = ""
     keeps_up = result.rps >= 0.9 * offered_rps(result, rate)
+    chosen = ServerConfig(**settings)   # what the server ran with: the learner's settings over its defaults
     # The waiting hint only where the wait is long: the defaults (10 ms) can keep up and still miss on padding.
-    if not ok and keeps_up and settings.get("max_wait_ms", 10.0) >= 100:
+    if not ok and keeps_up and chosen.max_wait_ms >= 100:
         hint = (" It keeps up with the rate, so the time goes to waiting: how long may a request wait for "
                 "its batch to fill (max_wait_ms) at this rate?")
-    elif not ok and settings.get("max_batch_size", 32) == 1:
+    elif not ok and chosen.max_batch_size == 1:
         hint = " It cannot keep up: can one forward pass serve several requests?"
     elif not ok:
         hint = (" It batches and its requests still take too long: a batch is padded to its longest text. What "
