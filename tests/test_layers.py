@@ -13,7 +13,7 @@ RANK = {
     "device": 0, "timing": 0, "aio": 0,             # the hardware, how to time it, async from sync
     "roofline": 1, "memory": 1,                     # measurements built on them
     "data": 2, "models": 2,                         # the offline zoo and its data
-    "engine": 3, "quantize": 3, "drift": 3, "variants": 3,   # running models
+    "engine": 3, "quantize": 3, "drift": 3, "variants": 3, "generation": 3,   # running models
     "batch_isolation": 4, "batch_types": 4, "batch_queue": 4, "batching": 4,   # batching: no model, no HTTP
     "server": 5,                                    # HTTP
     "bench": 6, "monitoring": 6, "workers": 6, "services": 6, "retrieval": 6, "prometheus": 6,   # the application layer
@@ -32,6 +32,7 @@ FORBIDDEN = {
     "batch_queue": {"torch", "transformers", "onnxruntime", "fastapi", "starlette", "httpx", "uvicorn"},
     "engine": {"fastapi", "starlette", "httpx", "uvicorn"},
     "quantize": {"fastapi", "starlette", "httpx", "uvicorn"},
+    "generation": {"fastapi", "starlette", "httpx", "uvicorn"},
 }
 
 

@@ -1,0 +1,20 @@
+"""Generation: a real decoder, its KV cache, paged KV blocks and continuous batching (topics H3, S2).
+
+    decoder.py    Decoder: GPT-2's forward over a Hugging Face model's weights; attention reads ailab's cache
+    kv_cache.py   KVCache (contiguous, reserved up front), kv_bytes_per_token, the no-cache view
+    decode.py     prefill, decode_one_token, generate, generate_without_cache
+    paged.py      BlockAllocator, PagedKVCache, OutOfBlocks: fixed-size blocks, a free list, block tables
+    scheduler.py  Scheduler: iteration-level (continuous) batching, and static batching to compare with
+    train.py      train_lm: a byte-level model trained here on the course's review snippets; save_lm/load_lm
+    measure.py    cache bytes per token, cached vs recomputed decode, prefill vs decode, paged waste
+    trace.py      continuous vs static batching vs Hugging Face generate, on an open-loop arrival trace
+
+The model comes from ailab.models.tiny_gpt(size); Decoder(tiny_gpt("1m")) runs it.
+"""
+from __future__ import annotations
+
+from ailab.generation.decode import decode_one_token, generate, generate_without_cache, next_token, prefill  # noqa: F401
+from ailab.generation.decoder import Decoder  # noqa: F401
+from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token  # noqa: F401
+from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache  # noqa: F401
+from ailab.generation.scheduler import Request, RequestTooLarge, Scheduler  # noqa: F401

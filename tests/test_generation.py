@@ -1,0 +1,374 @@
+"""The generation layer against PyTorch/Hugging Face as the oracle: ailab's decoder equals GPT-2's forward, the
+cache changes no token, paged blocks and continuous batching change no token either, and the block pool's
+bookkeeping holds at its boundaries."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ailab.generation import (BlockAllocator, Decoder, KVCache, NoCacheView, OutOfBlocks, PagedKVCache, Request,
+                              RequestTooLarge, Scheduler, decode_one_token, generate, generate_without_cache,
+                              kv_bytes_per_token, prefill)
+from ailab.memory.estimate import kv_cache_bytes
+from ailab.models import tiny_gpt
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return tiny_gpt("1m", seed=0)
+
+
+@pytest.fixture(scope="module")
+def model(hf):
+    return Decoder(hf)
+
+
+def ids_of(n: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 256, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("length", [1, 7, 64, 200])
+def test_logits_equal_hugging_face_without_a_cache(hf, model, length):
+    ids = ids_of(length, batch=2, seed=length)
+    with torch.inference_mode():
+        ours = model(ids, NoCacheView(2, length))
+        ref = hf(ids).logits
+    assert ours.shape == ref.shape == (2, length, 256)
+    assert torch.allclose(ours, ref, atol=1e-4), (ours - ref).abs().max()
+
+
+@pytest.mark.parametrize("prompt, steps", [(1, 5), (9, 12), (50, 3)])
+def test_prefill_then_decode_equals_the_full_forward_at_every_step(hf, model, prompt, steps):
+    seq = ids_of(prompt + steps, batch=2, seed=prompt)
+    cache = KVCache.for_model(model, batch=2, max_len=prompt + steps)
+    with torch.inference_mode():
+        full = hf(seq).logits                                           # (2, prompt + steps, vocab)
+        got = [prefill(model, cache, seq[:, :prompt])]
+        for t in range(prompt, prompt + steps - 1):
+            got.append(decode_one_token(model, cache, seq[:, t:t + 1]))
+    for i, logits in enumerate(got):
+        assert torch.allclose(logits, full[:, prompt - 1 + i], atol=1e-4), i
+    assert cache.length == prompt + steps - 1
+
+
+def test_greedy_tokens_equal_without_the_cache_and_hugging_faces_generate(hf, model):
+    ids = ids_of(11, batch=2, seed=3)
+    ours = generate(model, ids, 20)
+    assert torch.equal(ours, generate_without_cache(model, ids, 20))
+    with torch.inference_mode():
+        ref = hf.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0,
+                          attention_mask=torch.ones_like(ids))[:, ids.shape[1]:]
+    assert torch.equal(ours, ref)
+
+
+def test_sampling_is_reproducible_with_a_seed_and_temperature_changes_it(model):
+    ids = ids_of(5, seed=1)
+    a, b = generate(model, ids, 30, temperature=1.0, seed=7), generate(model, ids, 30, temperature=1.0, seed=7)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, generate(model, ids, 30, temperature=1.0, seed=8))
+    with pytest.raises(ValueError, match="temperature"):
+        generate(model, ids, 3, temperature=-1)
+
+
+def test_bad_prompts_are_refused_in_words(model):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, ids_of(3), 0)
+    with pytest.raises(ValueError, match="positions"):
+        generate(model, ids_of(500), 20)
+    with pytest.raises(ValueError, match=r"\(batch, T\)"):
+        generate(model, torch.zeros(3, dtype=torch.long), 2)
+    cache = KVCache.for_model(model, batch=1, max_len=4)
+    prefill(model, cache, ids_of(4))
+    with pytest.raises(ValueError, match="do not fit"):
+        decode_one_token(model, cache, ids_of(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cache_bytes_equal_the_formula_of_notebook_1_03(model, dtype):
+    cache = KVCache.for_model(model, batch=3, max_len=100, dtype=dtype)
+    formula = kv_cache_bytes(model.n_layer, model.n_head, model.head_dim, 100, 3, dtype)
+    assert cache.nbytes == formula
+    assert kv_bytes_per_token(model, dtype) * 100 * 3 == formula
+
+
+# ----------------------------------------------------------------------------- the block allocator
+
+
+def test_blocks_are_taken_on_demand_and_returned():
+    a = BlockAllocator(num_blocks=4, block_size=4)
+    a.allocate("x", 5)                                    # 2 blocks: 5 tokens
+    assert len(a.tables["x"]) == 2 and len(a.free_blocks) == 2
+    slots = [a.append("x") for _ in range(3)]             # positions 5, 6, 7: still the second block
+    assert len(a.tables["x"]) == 2 and slots == [a.slot("x", p) for p in (5, 6, 7)]
+    a.append("x")                                         # position 8: a third block
+    assert len(a.tables["x"]) == 3 and a.used_tokens == 9 and a.reserved_tokens == 12
+    a.free("x")
+    assert len(a.free_blocks) == 4 and not a.tables and not a.lengths
+
+
+def test_out_of_blocks_is_typed_and_takes_nothing():
+    a = BlockAllocator(num_blocks=3, block_size=2)
+    a.allocate("a", 4)
+    with pytest.raises(OutOfBlocks) as e:
+        a.allocate("b", 3)                                # needs 2, 1 free
+    assert (e.value.needed, e.value.free) == (2, 1) and "b" not in a.tables and len(a.free_blocks) == 1
+    a.allocate("c", 2)
+    with pytest.raises(OutOfBlocks):
+        a.append("a")
+    assert a.lengths["a"] == 4, "a refused append must not count a token"
+
+
+def test_slots_of_two_sequences_never_overlap():
+    a = BlockAllocator(num_blocks=8, block_size=3)
+    a.allocate(1, 4)
+    a.allocate(2, 2)
+    for _ in range(5):
+        a.append(1)
+        a.append(2)
+    s1 = {a.slot(1, p) for p in range(a.lengths[1])}
+    s2 = {a.slot(2, p) for p in range(a.lengths[2])}
+    assert not s1 & s2 and len(s1) == 9 and len(s2) == 7
+
+
+def test_allocator_rejects_nonsense():
+    with pytest.raises(ValueError):
+        BlockAllocator(0, 16)
+    a = BlockAllocator(2, 2)
+    with pytest.raises(ValueError, match="at least one token"):
+        a.allocate("z", 0)
+    a.allocate("z", 1)
+    with pytest.raises(ValueError, match="already has blocks"):
+        a.allocate("z", 1)
+
+
+# ----------------------------------------------------------------------------- scheduling over paged blocks
+
+
+def _requests(lengths, new_tokens, seed=0):
+    return [Request(i, ids_of(n, seed=seed + i)[0].tolist(), m) for i, (n, m) in enumerate(zip(lengths, new_tokens))]
+
+
+def _run(model, reqs, num_blocks, block_size=4, **kw):
+    cache = PagedKVCache.for_model(model, num_blocks, block_size)
+    s = Scheduler(model, cache, **kw)
+    for r in reqs:
+        s.submit(r)
+    steps = 0
+    while not s.idle:
+        s.step()
+        steps += 1
+        assert steps < 10_000
+    assert len(cache.allocator.free_blocks) == num_blocks, "every block comes back"
+    return s, steps
+
+
+def _expected(model, r):
+    return generate(model, torch.tensor([r.prompt]), r.max_new_tokens)[0].tolist()
+
+
+@pytest.mark.parametrize("policy", ["continuous", "static"])
+def test_paged_batches_of_mixed_lengths_give_the_tokens_of_one_at_a_time(model, policy):
+    reqs = _requests([3, 17, 8, 30], [9, 2, 14, 5])
+    s, _ = _run(model, reqs, num_blocks=64, policy=policy, max_running=3)
+    assert sorted(r.id for r in s.finished) == [0, 1, 2, 3]
+    for r in reqs:
+        assert r.output == _expected(model, r), r.id
+        assert r.first_token_s is not None and r.finished_s >= r.first_token_s
+
+
+def test_a_small_pool_preempts_and_still_gives_the_same_tokens(model):
+    reqs = _requests([6, 6, 6], [20, 20, 20], seed=5)
+    s, _ = _run(model, reqs, num_blocks=12, block_size=4)   # 3 x 26 tokens need 21 blocks: someone must wait
+    assert sum(r.preemptions for r in reqs) >= 1
+    for r in reqs:
+        assert r.output == _expected(model, r)
+
+
+def test_static_batching_admits_only_when_the_batch_is_done(model):
+    reqs = _requests([4, 4, 4], [2, 12, 2])
+    cache = PagedKVCache.for_model(model, 64, 4)
+    s = Scheduler(model, cache, max_running=2, policy="static")
+    for r in reqs:
+        s.submit(r)
+    while reqs[0].state != "finished":
+        s.step()
+    assert reqs[2].state == "waiting", "the third waits for the long member of the first batch"
+    cont = Scheduler(model, PagedKVCache.for_model(model, 64, 4), max_running=2)
+    fresh = _requests([4, 4, 4], [2, 12, 2])
+    for r in fresh:
+        cont.submit(r)
+    while fresh[0].state != "finished":
+        cont.step()
+    cont.step()
+    assert fresh[2].state != "waiting", "continuous batching admits it as soon as a seat is free"
+
+
+def test_a_request_larger_than_the_pool_is_refused_at_submit(model):
+    s = Scheduler(model, PagedKVCache.for_model(model, 4, 4))
+    with pytest.raises(RequestTooLarge, match="4 KV blocks|the pool has 4"):
+        s.submit(Request(0, [1] * 10, 10))
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        s.submit(Request(1, [], 3))
+    assert s.idle
+
+
+def test_cancel_returns_the_blocks_at_once(model):
+    cache = PagedKVCache.for_model(model, 16, 4)
+    s = Scheduler(model, cache)
+    s.submit(Request(0, [1, 2, 3], 30))
+    s.step()
+    assert len(cache.allocator.free_blocks) < 16
+    assert s.cancel(0) and len(cache.allocator.free_blocks) == 16 and s.idle
+    assert not s.cancel(0)
+
+
+# ----------------------------------------------------------------------------- the model trained here
+
+
+@pytest.fixture(scope="module")
+def trained():
+    from ailab.generation.train import train_lm
+
+    return train_lm("1m", steps=80, batch=16, block=64, max_seconds=60)
+
+
+def test_the_trained_model_beats_the_unigram_baseline(trained):
+    print(f"{trained.steps} steps in {trained.seconds:.1f} s: held-out {trained.val_loss:.3f} nats/byte, "
+          f"unigram {trained.unigram_val_loss:.3f}")
+    assert trained.unigram_val_loss > 2.5, "English bytes carry more than 2.5 nats each from frequencies alone"
+    assert trained.val_loss < trained.unigram_val_loss - 0.3
+    assert trained.losses[-1] < trained.losses[0]
+
+
+def test_saved_weights_load_verified_and_a_changed_file_is_refused(trained, tmp_path):
+    from ailab.generation.train import load_lm, save_lm
+    from ailab.models import WeightsIntegrityError
+
+    path = tmp_path / "lm.safetensors"
+    sha = save_lm(trained, path)
+    back = load_lm(path, sha)
+    ids = ids_of(20)
+    with torch.inference_mode():
+        assert torch.equal(back(ids).logits, trained.model(ids).logits)
+    blob = bytearray(path.read_bytes())
+    blob[-1] ^= 1
+    path.write_bytes(bytes(blob))
+    with pytest.raises(WeightsIntegrityError, match="SHA-256"):
+        load_lm(path, sha)
+
+
+# ----------------------------------------------------------------------------- the measurements (no timing asserted)
+
+
+def test_cache_bytes_from_the_allocator_match_the_formula_within_2_percent(model):
+    from ailab.generation.measure import cache_bytes_per_token
+
+    r = cache_bytes_per_token(model)
+    assert r["error_frac"] < 0.02, r
+
+
+def test_the_real_allocator_wastes_under_a_block_per_sequence_and_max_reservation_wastes_most(model):
+    from ailab.generation.measure import paged_waste, request_mix
+
+    lengths = request_mix(200, seed=1, max_len=1024)
+    r = paged_waste(lengths, block_size=16, max_len=1024)
+    assert r["used_tokens"] == int(lengths.sum())
+    assert r["reserved_paged_tokens"] - r["used_tokens"] < 16 * len(lengths)
+    assert r["waste_frac_paged"] < 0.06 and r["waste_frac_max"] > 0.6, r
+
+
+def test_measurement_rows_have_every_figure(model):
+    from ailab.generation.measure import cache_vs_recompute, prefill_vs_decode
+
+    rows = cache_vs_recompute(model, lengths=(8, 32), rounds=3)
+    assert [r["context"] for r in rows] == [8, 32] and all(r["cached_ms"] > 0 and r["recompute_ms"] > 0 for r in rows)
+    pd = prefill_vs_decode(model, prompt=32, batch=2, decode_steps=4, rounds=3)
+    assert pd["prefill_tokens_per_s"] > 0 and pd["decode_tokens_per_s"] > 0
+    assert pd["decode_intensity"] < pd["prefill_intensity"], "decode does far fewer FLOPs per byte read"
+
+
+def test_every_engine_serves_a_trace_and_the_schedulers_give_greedy_tokens(model):
+    from ailab.generation.trace import arrival_trace, run_hf_padded, run_scheduler
+
+    trace = arrival_trace(n=5, rate_rps=50.0, output_tokens=(2, 12), seed=2)
+    for policy in ("continuous", "static"):
+        row = run_scheduler(model, trace, policy, num_blocks=64, block_size=8, max_running=3)
+        assert row["requests"] == 5 and row["output_tokens"] == sum(r.max_new_tokens for r in trace)
+        assert 0 <= row["ttft_p50_ms"] <= row["latency_p99_ms"]
+    hf_row = run_hf_padded(model.hf, trace, batch_size=3)
+    assert hf_row["output_tokens"] == sum(r.max_new_tokens for r in trace)
+    # the tokens themselves: the continuous scheduler's equal one-at-a-time greedy generation
+    import copy
+
+    from ailab.generation.paged import PagedKVCache
+    from ailab.generation.scheduler import Scheduler
+
+    s = Scheduler(model, PagedKVCache.for_model(model, 64, 8), max_running=3)
+    reqs = [copy.deepcopy(r) for r in trace]
+    for r in reqs:
+        s.submit(r)
+    while not s.idle:
+        s.step()
+    for r in reqs:
+        assert r.output == _expected(model, r)
+
+
+def test_bench_generation_quick_has_every_figure():
+    import json
+
+    from ailab.suites import generation as suite
+
+    out = suite.run(quick=True)
+    assert out["cache_bytes"]["error_frac"] < 0.02
+    assert [r["context"] for r in out["cache_vs_recompute"]] == [16, 128]
+    pd = out["prefill_vs_decode"]
+    for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "prefill_intensity", "decode_intensity",
+                "bandwidth_gbps", "matmul_peak_gflops", "ridge_intensity", "decode_memory_bound"):
+        assert key in pd, key
+    assert out["paged_waste"]["waste_frac_paged"] < out["paged_waste"]["waste_frac_max"]
+    engines = [r["engine"] for r in out["batching"]["rows"]]
+    assert engines == ["continuous", "static", "hf_generate_padded"] and out["batching"]["rate_rps"] > 0
+    sat = out["saturated"]
+    assert sat["requests"] == 16 and sat["continuous_over_static_tokens_per_s"] > 0
+    assert sat["bound_if_steps_cost_the_same"] >= 1 and [s["batch"] for s in sat["step_cost"]] == [1, 8]
+    json.dumps(out)
+
+
+def test_flat_out_gain_is_the_median_of_per_round_ratios():
+    from ailab.generation.trace import flat_out_gain
+
+    rows = [{"round": i, "engine": e, "tokens_per_s": v, "saturated_tokens_per_s": 2 * v}
+            for i, pair in enumerate([(300, 100), (200, 100), (900, 100)]) for e, v in zip(("continuous", "static"), pair)]
+    rows.append({"round": 0, "engine": "hf_generate_padded", "tokens_per_s": 1.0})   # ignored
+    assert flat_out_gain(rows) == flat_out_gain(rows, "tokens_per_s") == 3.0
+
+
+def test_static_occupancy_counts_the_seat_steps_a_batch_holds():
+    from ailab.generation.trace import static_occupancy
+
+    reqs = [Request(i, [1], n, arrival_s=i) for i, n in enumerate([1, 3, 2, 2, 5])]
+    # batches of 2 in arrival order: (1, 3) holds 2 x 3 seat-steps, (2, 2) 2 x 2, (5) 1 x 5: 13 tokens in 15
+    assert static_occupancy(reqs, max_running=2) == pytest.approx(13 / 15)
+    assert static_occupancy(reqs, max_running=1) == 1.0
+
+
+def test_step_cost_by_batch_has_a_row_per_batch(model):
+    from ailab.generation.trace import step_cost_by_batch
+
+    rows = step_cost_by_batch(model, (1, 3), context=8, steps=2, rounds=1)
+    assert [r["batch"] for r in rows] == [1, 3] and all(r["step_ms"] > 0 for r in rows)
+    assert rows[1]["ms_per_token"] == pytest.approx(rows[1]["step_ms"] / 3)
+
+
+def test_scheduler_view_draws_blocks_running_and_waiting(model):
+    from ailab.generation.trace import scheduler_view
+
+    view = scheduler_view(model, rate_rps=20, max_running=2, seconds=0.3, num_blocks=32, block_size=8)
+    assert set(view["series"]) == {"KV blocks in use", "running", "waiting"}
+    n = len(view["x"])
+    assert n > 0 and all(len(v) == n for v in view["series"].values())
+    assert max(view["series"]["running"]) <= 2 and max(view["series"]["KV blocks in use"]) <= 32
+    assert view["x"] == sorted(view["x"]) and "6 requests at 20/s, 2 seats" in view["title"]
+    for bad in ({"rate_rps": 0}, {"max_running": 1.5}, {"seconds": -1}, {"rate_rps": True}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            scheduler_view(model, **{"rate_rps": 20, "max_running": 2, "seconds": 0.3, **bad})
