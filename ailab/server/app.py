@@ -26,6 +26,7 @@ from typing import Callable
 
 from fastapi import FastAPI
 
+import ailab.server.generate as generate_routes
 import ailab.server.routes as routes
 from ailab.server.config import ServerConfig
 from ailab.server.limits import ConcurrencyLimit
@@ -41,9 +42,10 @@ def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[d
 
 
 def create_app(models: dict[str, Callable[[], object]] | None = None, default_model: str | None = None,
-               config: ServerConfig | None = None, **overrides) -> FastAPI:
+               config: ServerConfig | None = None, generation=None, **overrides) -> FastAPI:
     """The server. `models`: name -> loader() returning a predictor (a batch function with .name,
     .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier.
+    `generation`: a server.generate.GenerationEngine, to serve POST /v1/generate as well.
     Keyword overrides set ServerConfig fields: create_app(models, max_batch_size=1)."""
     config = (config or ServerConfig()).replace(**overrides)
     if models is None:
@@ -61,6 +63,9 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
                              config.torch_threads, metrics.on_batch, metrics.on_model_loaded,
                              config.warmup)
     state = ServerState(config, registry, metrics)
+    if generation is not None:
+        state.generation = generation
+        generation.metrics = generate_routes.GenerationMetrics(metrics.registry, generation)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -72,6 +77,8 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
         task.cancel()
         state.ready = False
         await registry.close()
+        if generation is not None:
+            generation.close()
 
     app = FastAPI(title="ailab inference server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.ailab = state
@@ -79,4 +86,5 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
                        on_reject=lambda: metrics.requests.labels("503").inc())
 
     app.include_router(routes.router)  # the handlers, each reading this state from request.app.state.ailab
+    app.include_router(generate_routes.router)   # POST /v1/generate (404 unless a generation engine was given)
     return app

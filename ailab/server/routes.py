@@ -2,6 +2,7 @@
 (request.app.state.ailab, set by create_app): its settings, the model registry and the metrics.
 
     POST /v1/predict, GET /healthz /readyz /metrics /v1/models, POST /admin/models/{name}/swap
+    (POST /v1/generate is in server/generate.py)
 """
 from __future__ import annotations
 

@@ -134,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=1, help="with --ray: how many replicas (default 1)")
     p.add_argument("--nodes", type=int, default=1,
                    help="with --ray: Ray nodes to start on this machine (a test cluster: one raylet each)")
+    p.add_argument("--generate", default=None, metavar="SIZE",
+                   help="also serve POST /v1/generate with a byte-level tiny_gpt of this size (1m, 8m or 30m): random "
+                        "weights, or those notebook 5.1 trained and saved (--generate-weights)")
+    p.add_argument("--generate-weights", default=None, metavar="FILE",
+                   help="with --generate: a .safetensors file written by ailab.generation.train.save_lm")
+    p.add_argument("--generate-sha256", default=None, metavar="HEX",
+                   help="the trusted SHA-256 of --generate-weights (save_lm returns it); a file that differs is refused")
     add_config_flags(p)
     p.add_argument("--timeout-s", dest="request_timeout_s", type=float, default=None,
                    help="the same as --request-timeout-s")
@@ -164,14 +171,26 @@ def serve_main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     if not args.quiet:
         configure_json_logging(sys.stderr)
+    from ailab.models import WeightsIntegrityError
+
+    try:
+        generation = generation_engine(args)
+    except (ValueError, OSError, WeightsIntegrityError) as e:
+        print(f"ailab serve: {e}", file=sys.stderr)
+        return 2
     models, default = default_models(args.engine, config.too_long)
     if args.ray:
+        if generation is not None:
+            generation.close()
+            print("ailab serve: --generate is not served through --ray (yet); drop one of the two", file=sys.stderr)
+            return 2
         return _serve_with_ray(args, models, default, config)
-    app = create_app(models, default, config)
+    app = create_app(models, default, config, generation=generation)
     print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
     handle = start_in_thread(app, args.host, args.port, log_level="warning",
                              allow_public_without_key=args.allow_public_without_key)
-    print(f"ailab server ready at {handle.url}  (POST {handle.url}/v1/predict, GET /healthz /readyz /metrics)",
+    also = ", POST /v1/generate" if generation is not None else ""
+    print(f"ailab server ready at {handle.url}  (POST {handle.url}/v1/predict{also}, GET /healthz /readyz /metrics)",
           flush=True)
     signal.signal(signal.SIGTERM, lambda *_: handle.server.__setattr__("should_exit", True))
     try:
@@ -181,6 +200,26 @@ def serve_main(argv: list[str] | None = None) -> int:
         print("shutting down: draining in-flight requests ...", file=sys.stderr)
         handle.stop()
     return 0
+
+
+def generation_engine(args):
+    """The GenerationEngine that --generate asks for, or None. A bad flag raises ValueError; a weights file that
+    is missing or differs from its trusted hash, WeightsIntegrityError."""
+    if args.generate is None:
+        if args.generate_weights or args.generate_sha256:
+            raise ValueError("--generate-weights and --generate-sha256 need --generate SIZE (the model's size)")
+        return None
+    from ailab.generation import Decoder
+    from ailab.generation.train import load_lm
+    from ailab.models import tiny_gpt
+    from ailab.server.generate import GenerationEngine
+
+    if args.generate_weights and not args.generate_sha256:
+        raise ValueError("--generate-weights needs --generate-sha256 (the hash save_lm returned): an unverified "
+                         "file is never loaded")
+    hf = load_lm(args.generate_weights, args.generate_sha256, args.generate) if args.generate_weights \
+        else tiny_gpt(args.generate)
+    return GenerationEngine(Decoder(hf))
 
 
 def _serve_with_ray(args, models, default, config) -> int:

@@ -20,6 +20,7 @@ class ServerState:
     started: float = field(default_factory=time.time)
     in_flight: int = 0
     loop: asyncio.AbstractEventLoop | None = None
+    generation: object | None = None     # a server.generate.GenerationEngine when the app serves /v1/generate
     _rss: tuple = (0.0, 0)
 
     async def load_default(self) -> None:
