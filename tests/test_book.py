@@ -16,7 +16,7 @@ def test_book_matches_disk():
 
 def test_every_chapter_declares_goals_minutes_gpu_topics():
     b = bk.load_book(ROOT / "book.yml")
-    assert [p["id"] for p in b["parts"]] == ["orientation", "hardware", "engine", "serving", "application"]
+    assert [p["id"] for p in b["parts"]] == ["orientation", "hardware", "engine", "serving", "application", "generation"]
     for _, ch in bk.chapters(b):
         assert 1 <= len(ch["goals"]) <= 3 and ch["minutes"] > 0 and isinstance(ch["gpu"], bool)
         assert ch["topics"] and set(ch["topics"]) <= set(bk.TOPICS)

@@ -1,0 +1,141 @@
+"""Exercise checks: reading Server-Sent Events from the raw bytes of a stream (topic S2, streaming).
+
+The learner writes
+  read_events(chunks) -> iterator of (event, data)
+      `chunks` is an iterable of bytes as they come off the socket, split anywhere. Lines end in "\\n", "\\r\\n" or
+      "\\r"; "field: value" or "field:value" (only one leading space is dropped); "event" names the event, each
+      "data" line adds its value and a "\\n" to the data; a line that starts with ":" is a comment; other fields
+      are ignored. A blank line dispatches: (event name or "message", data without its last "\\n"), unless no
+      data line came, and the event name is reset. What is left without a blank line at the end is dropped.
+      Each event is yielded as soon as its blank line has arrived.
+
+The checks are derived from what a reader must guarantee, the subset of the WHATWG EventSource rules that
+ailab's server uses:
+  the events of a real /v1/generate stream, whatever the chunk boundaries (every split point, one byte at a
+  time, a UTF-8 character split across chunks, "\\r\\n" split across chunks); each field rule on its own (no
+  space after the colon, two spaces, a colon inside the value, several data lines, comments, unknown fields,
+  CR and CRLF endings, the event name reset after dispatch, a blank line with no data, an unfinished last
+  event); and the timing: an event comes out before the next chunk is read.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable, Iterator
+
+from ailab.labs.core import check, expect
+
+LAB = "ex_sse_reader"
+
+
+def server_stream(tokens: list[int], final: dict) -> bytes:
+    """The bytes ailab's /v1/generate sends for a streamed answer (its own format, as in server/generate.py)."""
+    import codecs
+
+    decoder, out = codecs.getincrementaldecoder("utf-8")(errors="replace"), []
+    for i, tok in enumerate(tokens):
+        out.append(f"data: {json.dumps({'index': i, 'token': tok, 'text': decoder.decode(bytes([tok]))})}\n\n")
+    out.append(f"event: done\ndata: {json.dumps(final)}\n\n")
+    return "".join(out).encode()
+
+
+def _expected_server_events(tokens: list[int], final: dict) -> list[tuple[str, str]]:
+    import codecs
+
+    decoder, out = codecs.getincrementaldecoder("utf-8")(errors="replace"), []
+    for i, tok in enumerate(tokens):
+        out.append(("message", json.dumps({"index": i, "token": tok, "text": decoder.decode(bytes([tok]))})))
+    return out + [("done", json.dumps(final))]
+
+
+class Chunks:
+    """An iterable of chunks that counts how many were taken (to check when events come out)."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self.chunks, self.taken = list(chunks), 0
+
+    def __iter__(self):
+        for c in self.chunks:
+            self.taken += 1
+            yield c
+
+
+def _read(read_events, chunks: list[bytes], what: str) -> list[tuple[str, str]]:
+    out = read_events(Chunks(chunks))
+    expect(out is not None and hasattr(out, "__iter__"), f"{what}: read_events() should return (or be) an iterator "
+                                                          f"of (event, data) pairs; it returned {type(out).__name__}")
+    events = list(out)
+    for e in events:
+        expect(isinstance(e, tuple) and len(e) == 2 and all(isinstance(x, str) for x in e),
+               f"{what}: each event should be a pair of strings (event, data); got {e!r}")
+    return events
+
+
+def _same(got, want, what: str) -> None:
+    if got == want:
+        return
+    if len(got) != len(want):
+        expect(False, f"{what}: expected {len(want)} event(s), got {len(got)}: {got[:4]}{'...' if len(got) > 4 else ''}"
+                      f" (expected {want[:4]}{'...' if len(want) > 4 else ''})")
+    i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+    expect(False, f"{what}: event {i} should be {want[i]!r}; got {got[i]!r}")
+
+
+_TOKENS = list("Good film. ".encode()) + list("Très bien".encode()) + [0xE2, 0x82, 0xAC]   # é and € span bytes
+_FINAL = {"finish_reason": "length", "usage": {"prompt_tokens": 6, "completion_tokens": len(_TOKENS)}}
+
+
+@check(LAB, "a real stream, split anywhere")
+def check_server_stream(read_events):
+    raw = server_stream(_TOKENS, _FINAL)
+    want = _expected_server_events(_TOKENS, _FINAL)
+    _same(_read(read_events, [raw], "the whole stream in one chunk"), want, "the whole stream in one chunk")
+    _same(_read(read_events, [raw[i:i + 1] for i in range(len(raw))], "one byte per chunk"), want,
+          "one byte per chunk: lines and events arrive in pieces; keep what is left of a chunk for the next")
+    for cut in range(1, len(raw)):
+        got = _read(read_events, [raw[:cut], raw[cut:]], f"two chunks split at byte {cut}")
+        _same(got, want, f"two chunks split at byte {cut} ({raw[max(0, cut - 8):cut]!r} | {raw[cut:cut + 8]!r})")
+    text = "data: Très bien €\n\n".encode()
+    cut = text.index("è".encode()) + 1          # inside the two bytes of è
+    _same(_read(read_events, [text[:cut], text[cut:]], "è split across two chunks"), [("message", "Très bien €")],
+          "a character whose UTF-8 bytes are split across two chunks: decode whole lines, not chunks")
+
+
+_FIELD_CASES = [
+    ("no space after the colon", [b"data:x\n\n"], [("message", "x")]),
+    ("only one leading space is dropped", [b"data:  two\n\n"], [("message", " two")]),
+    ("a colon inside the value", [b"data: a: b\n\n"], [("message", "a: b")]),
+    ("several data lines are one data, joined by newlines", [b"data: one\ndata: two\n\n"], [("message", "one\ntwo")]),
+    ("an empty data line", [b"data\ndata: x\n\n"], [("message", "\nx")]),
+    ("a comment line is ignored", [b": keep-alive\ndata: x\n\n"], [("message", "x")]),
+    ("an unknown field is ignored", [b"id: 7\nretry: 10\ndata: x\n\n"], [("message", "x")]),
+    ("the event field names the event", [b"event: done\ndata: {}\n\n"], [("done", "{}")]),
+    ("the event name is reset after each event", [b"event: done\ndata: a\n\ndata: b\n\n"],
+     [("done", "a"), ("message", "b")]),
+    ("a blank line with no data dispatches nothing (and resets the name)", [b"event: ping\n\ndata: x\n\n"],
+     [("message", "x")]),
+    ("CRLF line endings", [b"data: x\r\n\r\ndata: y\r\n\r\n"], [("message", "x"), ("message", "y")]),
+    ("CR line endings", [b"data: x\r\rdata: y\r\r"], [("message", "x"), ("message", "y")]),
+    ("a CRLF split across two chunks is one line end", [b"data: a\r", b"\ndata: b\r\n\r\n"], [("message", "a\nb")]),
+    ("an event without its blank line at the end is dropped", [b"data: x\n\ndata: unfinished\n"], [("message", "x")]),
+]
+
+
+@check(LAB, "the field rules, one at a time")
+def check_fields(read_events):
+    for what, chunks, want in _FIELD_CASES:
+        _same(_read(read_events, chunks, what), want, f"{what} ({b''.join(chunks)!r})")
+
+
+@check(LAB, "the timing: an event comes out as soon as its blank line arrives")
+def check_streaming(read_events):
+    chunks = Chunks([b"data: first\n", b"\n", b"data: second\n\n", b"data: third\n\n"])
+    events = read_events(chunks)
+    expect(hasattr(events, "__next__"), "read_events() should be a generator (or return an iterator): a client shows "
+                                        "each token as it comes, so events must come out one by one, not as a list "
+                                        "at the end of the stream")
+    first = next(events, None)
+    expect(first == ("message", "first"), f"the first event should be ('message', 'first'); got {first!r}")
+    expect(chunks.taken == 2, f"the first event was complete after 2 chunks, but read_events() had read {chunks.taken} "
+                              "before it gave it: a stream of tokens would show nothing until the answer ends")
+    rest: Iterator = events
+    _same(list(rest), [("message", "second"), ("message", "third")], "the events after the first")

@@ -1,0 +1,263 @@
+"""Lab checks: one step of continuous batching under a KV-block budget (topics H3, S2).
+
+The learner writes
+  scheduler_step(state) -> None
+      one iteration over `state` (an EngineState: waiting, running, blocks, max_running, cancelled, and the
+      model calls prefill / decode / finish):
+        1. drop cancelled requests, waiting or running, giving back their blocks;
+        2. admit waiting requests oldest first while a seat (max_running) and blocks for their tokens are free,
+           and prefill each (its first token comes out of the prefill); stop at the first that does not fit;
+        3. give every running request a slot for its next token (blocks.append); when none is free, preempt the
+           newest running request (free its blocks, put it back at the front of the queue);
+        4. decode one token for every running request, in one call;
+        5. retire every request that has its max_new_tokens: free its blocks, then finish it.
+
+The checks are derived from what the step must guarantee:
+  the tokens equal one-at-a-time greedy generation for a mixed trace; blocks are never asked for beyond what is
+  free, and after every step the blocks held are exactly those of the running requests (none leaked on finish,
+  cancel or preemption); max_running is never exceeded; each prompt is prefilled once (twice only after a
+  preemption) and each step decodes every running request in one call; a long request at the head of the queue
+  is not overtaken forever by short ones; a request of one token finishes after its prefill; a pool too small
+  for everyone preempts instead of failing.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from ailab.generation.decode import next_token
+from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
+from ailab.generation.scheduler import FINISHED, RUNNING, Request
+from ailab.labs.core import LabCheckFailed, check, expect
+
+LAB = "lab_scheduler_step"
+
+_MODEL = {}
+
+
+def model():
+    if "m" not in _MODEL:
+        from ailab.generation import Decoder
+        from ailab.models import tiny_gpt
+
+        _MODEL["m"] = Decoder(tiny_gpt("1m", seed=5))
+    return _MODEL["m"]
+
+
+class BudgetViolation(LabCheckFailed):
+    pass
+
+
+class WatchedBlocks(BlockAllocator):
+    """The real allocator, refusing with words what the step should never ask."""
+
+    def allocate(self, seq, tokens):
+        if not self.can_allocate(tokens):
+            raise BudgetViolation(f"request {seq} was admitted with {tokens} tokens ({self.blocks_for(tokens)} blocks) "
+                                  f"while {len(self.free_blocks)} blocks were free: check blocks.can_allocate() first, "
+                                  "and stop admitting at the first request that does not fit")
+        return super().allocate(seq, tokens)
+
+    def free(self, seq):
+        if seq not in self.tables:
+            raise BudgetViolation(f"request {seq} was freed twice (or never held blocks)")
+        super().free(seq)
+
+
+class EngineState:
+    """What the learner's step works on: the queues, the blocks, and the model calls (which also count)."""
+
+    def __init__(self, num_blocks: int = 64, block_size: int = 8, max_running: int = 4):
+        m = model()
+        self.blocks = WatchedBlocks(num_blocks, block_size)
+        self.cache = PagedKVCache(m.n_layer, m.n_head, m.head_dim, self.blocks)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.finished: list[Request] = []
+        self.cancelled: set[int] = set()
+        self.max_running = max_running
+        self.prefills: list[tuple[int, int]] = []     # (request id, tokens) per prefill
+        self.decodes: list[list[int]] = []            # request ids per decode call
+        self.steps = 0
+
+    def prefill(self, req: Request) -> None:
+        """Run the request's prompt (and what it had generated, after a preemption) through the model; its
+        blocks must be allocated for exactly those tokens. Appends the next token to req.output."""
+        tokens = req.prompt + req.output
+        if self.blocks.lengths.get(req.id) != len(tokens):
+            raise LabCheckFailed(f"prefill of request {req.id}: allocate blocks for its {len(tokens)} tokens first "
+                                 f"(blocks.allocate(req.id, {len(tokens)}))")
+        m = model()
+        with torch.inference_mode():
+            logits = m(torch.tensor([tokens]), self.cache.view([req.id], len(tokens)))[:, -1]
+        req.output.append(int(next_token(logits)[0, 0]))
+        req.state = RUNNING
+        self.prefills.append((req.id, len(tokens)))
+
+    def decode(self, reqs: list[Request]) -> None:
+        """One token for each of `reqs`, in one forward pass; each must have a slot for it (blocks.append)."""
+        if not reqs:
+            return
+        for r in reqs:
+            want = len(r.prompt) + len(r.output)
+            if self.blocks.lengths.get(r.id) != want:
+                raise LabCheckFailed(f"decode of request {r.id}: it needs a slot for its next token first "
+                                     f"(blocks.append(req.id)); its blocks hold {self.blocks.lengths.get(r.id)} "
+                                     f"tokens, {want} are needed")
+        m = model()
+        with torch.inference_mode():
+            last = torch.tensor([[r.output[-1]] for r in reqs])
+            logits = m(last, self.cache.view([r.id for r in reqs], 1))[:, -1]
+        for r, tok in zip(reqs, next_token(logits)[:, 0].tolist()):
+            r.output.append(int(tok))
+        self.decodes.append([r.id for r in reqs])
+
+    def finish(self, req: Request) -> None:
+        if req.id in self.blocks.tables:
+            raise LabCheckFailed(f"request {req.id} finished while it still held its blocks: free them first")
+        req.state = FINISHED
+        self.finished.append(req)
+
+    def submit(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+
+def _requests(spec, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [Request(i, torch.randint(0, 256, (n,), generator=g).tolist(), m) for i, (n, m) in enumerate(spec)]
+
+
+def _expected(req):
+    from ailab.generation import generate
+
+    return generate(model(), torch.tensor([req.prompt]), req.max_new_tokens)[0].tolist()
+
+
+def _held_matches_running(state: EngineState, what: str) -> None:
+    held = set(state.blocks.tables)
+    running = {r.id for r in state.running}
+    expect(held == running, f"{what}, after step {state.steps}: blocks are held by requests {sorted(held)} but the "
+                            f"running ones are {sorted(running)}"
+                            + (". Finished, cancelled and preempted requests give their blocks back (blocks.free)"
+                               if held - running else ". A running request must hold its blocks"))
+    expect(len(state.running) <= state.max_running,
+           f"{what}: {len(state.running)} requests running, max_running is {state.max_running}")
+
+
+def _drive(scheduler_step, state: EngineState, what: str, max_steps: int = 2000, arrivals=None, on_step=None):
+    arrivals = dict(arrivals or {})
+    while not state.idle or arrivals:
+        for r in arrivals.pop(state.steps, []):
+            state.submit(r)
+        if on_step:
+            on_step(state)
+        before = len(state.decodes)
+        scheduler_step(state)
+        state.steps += 1
+        expect(len(state.decodes) - before <= 1,
+               f"{what}: step {state.steps} called decode {len(state.decodes) - before} times; one call decodes every "
+               "running request at once")
+        _held_matches_running(state, what)
+        expect(state.steps <= max_steps, f"{what}: not done after {max_steps} steps; does every step make progress?")
+
+
+@check(LAB, "the tokens: a mixed trace gives one-at-a-time greedy tokens")
+def check_tokens(scheduler_step):
+    state = EngineState(num_blocks=64, block_size=8, max_running=3)
+    reqs = _requests([(5, 12), (30, 3), (9, 20), (2, 1), (17, 7)])
+    for r in reqs:
+        state.submit(r)
+    _drive(scheduler_step, state, "five requests, three seats")
+    expect(sorted(r.id for r in state.finished) == [r.id for r in reqs],
+           f"every request should finish once; finished: {sorted(r.id for r in state.finished)}")
+    for r in reqs:
+        want = _expected(r)
+        expect(len(r.output) == r.max_new_tokens,
+               f"request {r.id} asked for {r.max_new_tokens} tokens and got {len(r.output)}"
+               + (": retire a request as soon as it has its tokens" if len(r.output) > r.max_new_tokens else ""))
+        expect(r.output == want, f"request {r.id}: tokens {r.output[:8]}... differ from greedy generation {want[:8]}...")
+    expect(len(state.blocks.free_blocks) == state.blocks.num_blocks, "at the end every block should be free again")
+
+
+@check(LAB, "the work: each prompt prefilled once, every running request decoded together")
+def check_work(scheduler_step):
+    state = EngineState(num_blocks=64, block_size=8, max_running=4)
+    reqs = _requests([(6, 10), (6, 10), (6, 10), (6, 10)], seed=1)
+    for r in reqs:
+        state.submit(r)
+    _drive(scheduler_step, state, "four requests of 10 tokens")
+    per_request = {}
+    for rid, _ in state.prefills:
+        per_request[rid] = per_request.get(rid, 0) + 1
+    expect(all(n == 1 for n in per_request.values()) and len(per_request) == 4,
+           f"with blocks to spare, each prompt should be prefilled once; prefills per request: {per_request}. "
+           "The cache keeps a running request's tokens: decode only its newest")
+    expect(state.decodes and max(len(d) for d in state.decodes) == 4,
+           f"the four requests run together: a decode call should hold all four; sizes seen "
+           f"{sorted({len(d) for d in state.decodes})}")
+    expect(len(state.decodes) == 9, f"10 tokens each are one prefill and 9 decode steps; saw {len(state.decodes)} "
+                                    "decode calls")
+
+
+@check(LAB, "the budget: never beyond the free blocks, and a pool too small preempts")
+def check_budget(scheduler_step):
+    state = EngineState(num_blocks=10, block_size=4, max_running=4)
+    reqs = _requests([(6, 14), (6, 14), (6, 14), (6, 14)], seed=2)   # 4 x 20 tokens = 20 blocks > 10
+    for r in reqs:
+        state.submit(r)
+    try:
+        _drive(scheduler_step, state, "four requests of 20 tokens over 10 blocks of 4")
+    except OutOfBlocks as e:
+        raise LabCheckFailed(f"blocks.append raised OutOfBlocks ({e}) and the step let it escape: when no block is "
+                             "free, preempt the newest running request (free its blocks, put it back at the front "
+                             "of the queue) and try again") from None
+    for r in reqs:
+        expect(r.output == _expected(r), f"request {r.id}: after a preemption its tokens must still equal greedy "
+                                         "generation (prefill it again with what it had generated)")
+    preempted = [rid for rid, n in state.prefills if n > len(reqs[rid].prompt)]
+    expect(preempted, "the pool cannot hold all four at full length: someone had to be preempted and prefilled again")
+
+
+@check(LAB, "cancel: blocks come back at once, waiting or running")
+def check_cancel(scheduler_step):
+    state = EngineState(num_blocks=32, block_size=4, max_running=2)
+    reqs = _requests([(5, 30), (5, 30), (5, 30)], seed=3)
+    for r in reqs:
+        state.submit(r)
+    scheduler_step(state)
+    state.steps += 1
+    expect({r.id for r in state.running} == {0, 1}, f"two seats: requests 0 and 1 should run; running: "
+                                                     f"{[r.id for r in state.running]}")
+    state.cancelled |= {0, 2}        # one running, one waiting
+    scheduler_step(state)
+    state.steps += 1
+    _held_matches_running(state, "after cancelling requests 0 (running) and 2 (waiting)")
+    expect([r.id for r in state.running] == [1] and not any(r.id == 2 for r in state.waiting),
+           f"cancelled requests leave both queues; running {[r.id for r in state.running]}, waiting "
+           f"{[r.id for r in state.waiting]}")
+    expect(all(0 not in d and 2 not in d for d in state.decodes[1:]), "a cancelled request must not be decoded again")
+
+
+@check(LAB, "fairness: a long request at the head is not overtaken forever")
+def check_no_starvation(scheduler_step):
+    # Seats to spare (8), so blocks are what limits: a short request holds 1 to 3 blocks of 4 over its life, and
+    # one arrives every step; the long one needs 14 of the 16 blocks for its prompt, free only once those ahead of
+    # it have finished and nobody behind it was let in meanwhile.
+    state = EngineState(num_blocks=16, block_size=4, max_running=8)
+    g = torch.Generator().manual_seed(4)
+    short = lambda i: Request(i, torch.randint(0, 256, (4,), generator=g).tolist(), 6)   # noqa: E731
+    first = [short(i) for i in range(3)]
+    long = Request(99, torch.randint(0, 256, (56,), generator=g).tolist(), 4)
+    arrivals = {0: first + [long], **{s: [short(100 + s)] for s in range(1, 60)}}
+    _drive(scheduler_step, state, "a 56-token request behind short ones, with short ones arriving every step",
+           max_steps=400, arrivals=arrivals)
+    order = [r.id for r in state.finished]
+    expect(99 in order and order.index(99) < 30,
+           f"the long request finished {'at position ' + str(order.index(99)) if 99 in order else 'never'} of "
+           f"{len(order)}: oldest first means that when the head of the queue does not fit, nobody behind it "
+           "jumps ahead")

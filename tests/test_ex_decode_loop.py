@@ -1,0 +1,148 @@
+"""The decode-loop exercise's checks pass the right answer and reject plausible wrong ones.
+
+Each wrong answer is one class of mistake: the prompt returned with the new tokens, one token too few, a decode
+step too many, recomputing the prefix, prefilling again at every step, the wrong token fed back, the argmax over
+the wrong axis, only the first row, sampling instead of argmax, a list or floats returned, the prompt changed.
+"""
+import pytest
+import torch
+
+from ailab.generation import KVCache, NoCacheView, decode_one_token, next_token, prefill
+from ailab.labs import LabCheckFailed
+from ailab.labs import ex_decode_loop as L
+
+
+def right(model, prompt_ids, max_new_tokens):
+    batch, length = prompt_ids.shape
+    cache = KVCache.for_model(model, batch, length + max_new_tokens)
+    token = prefill(model, cache, prompt_ids).argmax(-1, keepdim=True)
+    out = [token]
+    for _ in range(max_new_tokens - 1):
+        token = decode_one_token(model, cache, token).argmax(-1, keepdim=True)
+        out.append(token)
+    return torch.cat(out, dim=1)
+
+
+def right_preallocated(model, prompt_ids, max_new_tokens):
+    """Also right: a preallocated output and a cache one token larger than needed."""
+    b, t = prompt_ids.shape
+    cache = KVCache.for_model(model, b, t + max_new_tokens + 1)
+    out = torch.empty(b, max_new_tokens, dtype=torch.long)
+    logits = prefill(model, cache, prompt_ids)
+    for i in range(max_new_tokens):
+        out[:, i] = logits.argmax(-1)
+        if i + 1 < max_new_tokens:
+            logits = decode_one_token(model, cache, out[:, i:i + 1])
+    return out
+
+
+def with_prompt(model, p, n):
+    return torch.cat([p, right(model, p, n)], dim=1)
+
+
+def one_too_few(model, p, n):
+    return right(model, p, max(1, n - 1)) if n > 1 else right(model, p, 1)[:, :0]
+
+
+def one_step_too_many(model, p, n):
+    b, t = p.shape
+    cache = KVCache.for_model(model, b, t + n + 1)
+    token, out = prefill(model, cache, p).argmax(-1, keepdim=True), []
+    for _ in range(n):
+        out.append(token)
+        token = decode_one_token(model, cache, token).argmax(-1, keepdim=True)
+    return torch.cat(out, dim=1)
+
+
+def recomputes_the_prefix(model, p, n):
+    seq = p
+    for _ in range(n):
+        with torch.inference_mode():
+            logits = model(seq, NoCacheView(seq.shape[0], seq.shape[1]))
+        seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return seq[:, p.shape[1]:]
+
+
+def prefills_every_step(model, p, n):
+    seq = p
+    for _ in range(n):
+        cache = KVCache.for_model(model, seq.shape[0], seq.shape[1])
+        seq = torch.cat([seq, prefill(model, cache, seq).argmax(-1, keepdim=True)], dim=1)
+    return seq[:, p.shape[1]:]
+
+
+def feeds_the_prompts_last_token(model, p, n):
+    b, t = p.shape
+    cache = KVCache.for_model(model, b, t + n)
+    out = [prefill(model, cache, p).argmax(-1, keepdim=True)]
+    for _ in range(n - 1):
+        out.append(decode_one_token(model, cache, p[:, -1:]).argmax(-1, keepdim=True))
+    return torch.cat(out, dim=1)
+
+
+def argmax_over_the_batch(model, p, n):
+    b, t = p.shape
+    cache = KVCache.for_model(model, b, t + n)
+    logits = prefill(model, cache, p)
+    token = logits.argmax(0, keepdim=True).T[:b] if b > 1 else logits.argmax(-1, keepdim=True)
+    out = [token]
+    for _ in range(n - 1):
+        logits = decode_one_token(model, cache, token)
+        token = logits.argmax(0, keepdim=True).T[:b] if b > 1 else logits.argmax(-1, keepdim=True)
+        out.append(token)
+    return torch.cat(out, dim=1) % 256
+
+
+def first_row_only(model, p, n):
+    return right(model, p[:1], n).expand(p.shape[0], n)
+
+
+def samples(model, p, n):
+    b, t = p.shape
+    cache = KVCache.for_model(model, b, t + n)
+    g = torch.Generator().manual_seed(0)
+    token = next_token(prefill(model, cache, p), 1.0, g)
+    out = [token]
+    for _ in range(n - 1):
+        token = next_token(decode_one_token(model, cache, token), 1.0, g)
+        out.append(token)
+    return torch.cat(out, dim=1)
+
+
+def returns_a_list(model, p, n):
+    return right(model, p, n).tolist()
+
+
+def returns_floats(model, p, n):
+    return right(model, p, n).float()
+
+
+def changes_the_prompt(model, p, n):
+    out = right(model, p, n)
+    p[:, 0] = 0
+    return out
+
+
+@pytest.mark.parametrize("fn", [right, right_preallocated])
+def test_right_answers_pass(fn):
+    L.check_tokens(fn)
+    L.check_work(fn)
+
+
+@pytest.mark.parametrize("fn, check, match", [
+    (with_prompt, L.check_tokens, "only the new tokens"),
+    (one_too_few, L.check_tokens, r"shape \(1, 10\)"),
+    (one_step_too_many, L.check_work, "needs no step of its own"),
+    (recomputes_the_prefix, L.check_work, "feed only the newest token"),
+    (prefills_every_step, L.check_work, "feed only the newest token"),
+    (feeds_the_prompts_last_token, L.check_tokens, "which token is fed"),
+    (argmax_over_the_batch, L.check_tokens, "expected"),
+    (first_row_only, L.check_tokens, "row 1"),
+    (samples, L.check_tokens, "expected"),
+    (returns_a_list, L.check_tokens, "return a tensor"),
+    (returns_floats, L.check_tokens, "integers"),
+    (changes_the_prompt, L.check_tokens, "prompt tensor was changed"),
+])
+def test_wrong_answers_fail_with_a_message_that_names_the_mistake(fn, check, match):
+    with pytest.raises(LabCheckFailed, match=match):
+        check(fn)
