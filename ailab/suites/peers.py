@@ -120,19 +120,9 @@ def start_ray(batch: int, wait_ms: float) -> Peer:
 
 def tree_rss_mb(peer: Peer) -> float:
     """Resident memory of the peer's whole process tree (Ray: every Ray process on the machine)."""
-    import psutil
+    from ailab.bench import process_rss_mb
 
-    if peer.name == "ray":
-        return peer.ray.rss_mb()[0]
-    root = psutil.Process(peer.pid)
-    procs = [root, *root.children(recursive=True)]
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
+    return peer.ray.rss_mb()[0] if peer.name == "ray" else process_rss_mb(peer.pid, children=True)
 
 
 def run_hey(url: str, body: dict, clients: int, seconds: float) -> dict:
