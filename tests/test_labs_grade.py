@@ -237,3 +237,34 @@ def test_reset_and_grade_refuse_what_is_not_a_lab(course, tmp_path, capsys):
     assert broken.read_text(encoding="utf-8") == course["ref_path"].read_text(encoding="utf-8")
     assert main(["labs", "grade", str(tmp_path / "nowhere"), "--labs", str(course["labs"])]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_check_modules_are_parsed_one_thread_at_a_time(course, monkeypatch):
+    """Graders run in threads, and CPython 3.11's ast.parse is not thread-safe: two at once once failed a
+    learner's grading with 'SystemError: AST constructor recursion depth mismatch'."""
+    import ast
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ailab.labs import grade as grade_module
+
+    inside, most, lock, real_parse = [0], [0], threading.Lock(), ast.parse
+
+    def slow_parse(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)  # long enough for the other thread to arrive, were nothing stopping it
+        try:
+            return real_parse(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(grade_module.ast, "parse", slow_parse)
+    monkeypatch.setattr(grade_module, "_CHECK_NAMES", {})
+    labs = ["lab_admission_control", "lab_batch_loop", "lab_find_the_leak", "lab_accuracy_gate"]
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda lab: expected_checks(lab, course["ref"]), labs))
+    assert most[0] == 1
+    assert found[0] == expected_checks(LAB, course["ref"]) and len(found[0]) >= 3

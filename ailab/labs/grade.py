@@ -26,6 +26,7 @@ import hashlib
 import importlib.util
 import re
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,17 +91,34 @@ def tampering(lab_nb, submitted_nb) -> list[str]:
     return problems
 
 
+# CPython 3.11's ast.parse is not safe in two threads at once: grading runs learners in threads, and
+# a concurrent parse once failed a learner's grading with "SystemError: AST constructor recursion depth
+# mismatch". One lock around it; each check module is parsed once.
+_PARSE_LOCK = threading.Lock()
+_CHECK_NAMES: dict[str, dict[str, str]] = {}
+
+
+def _check_names(origin: str) -> dict[str, str]:
+    """{function name: check name} for every @check(...) function in a lab's check module."""
+    with _PARSE_LOCK:
+        if origin not in _CHECK_NAMES:
+            names = {}
+            for node in ast.parse(Path(origin).read_text(encoding="utf-8")).body:
+                for dec in getattr(node, "decorator_list", []):
+                    if (isinstance(node, ast.FunctionDef) and isinstance(dec, ast.Call)
+                            and getattr(dec.func, "id", "") == "check"
+                            and len(dec.args) >= 2 and isinstance(dec.args[1], ast.Constant)):
+                        names[node.name] = dec.args[1].value
+            _CHECK_NAMES[origin] = names
+        return _CHECK_NAMES[origin]
+
+
 def expected_checks(lab: str, lab_nb) -> list[str]:
     """The check names the protected cells call, read from the lab's check module (not imported)."""
     spec = importlib.util.find_spec(f"ailab.labs.{lab}")
     if spec is None or not spec.origin:
         return []
-    names = {}
-    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
-        for dec in getattr(node, "decorator_list", []):
-            if (isinstance(node, ast.FunctionDef) and isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "check"
-                    and len(dec.args) >= 2 and isinstance(dec.args[1], ast.Constant)):
-                names[node.name] = dec.args[1].value
+    names = _check_names(spec.origin)
     text = "\n".join(c.source for _, c in protected_cells(lab_nb))
     return [check for fn, check in names.items() if re.search(rf"\b{fn}\s*\(", text)]
 
