@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-NBVAL := $(BIN)/pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider
+NBVAL := $(BIN)/pytest -q --durations=25 --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider
 
 .PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check
 
@@ -52,7 +52,7 @@ lab: setup
 # Both halves always run, so one failure does not hide another; the target fails if either did.
 test: setup services
 	@unit=0; nb=0; \
-	$(BIN)/pytest -q tests || unit=$$?; \
+	$(BIN)/pytest -q --durations=40 tests || unit=$$?; \
 	$(NBVAL) notebooks solutions || nb=$$?; \
 	echo "unit tests exit $$unit, notebooks exit $$nb"; \
 	[ $$unit = 0 ] && [ $$nb = 0 ]
