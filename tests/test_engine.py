@@ -200,9 +200,12 @@ def test_bench_engine_quick_has_every_figure():
     from ailab import variants
     from ailab.suites import engine as suite
 
-    out = suite.run(quick=True)
-    assert [r["variant"] for r in out["variants"]] == list(variants.VARIANTS)
-    for name in variants.VARIANTS:
+    # torch.compile is left out here: it recompiles at each new shape the quick run meets (~20 s of make test), and
+    # tests/test_variants.py checks it against eager on its own. Every other variant is built, timed and gated.
+    names = [v for v in variants.VARIANTS if v != "torch_compile"]
+    out = suite.run(quick=True, argv=["--variants", ",".join(names)])
+    assert [r["variant"] for r in out["variants"]] == names
+    for name in names:
         for key in ("ms_b1", "ms_b32", "accuracy", "drop_points", "gate_passed", "build_s", "speedup_b32", "gflops_b32",
                     "fraction_of_matmul_peak"):
             assert f"{name}_{key}" in out, (name, key)

@@ -82,16 +82,23 @@ def test_workload_mixes_short_texts_with_long_ones(predictor):
      {"max_batch_size": 64, "max_wait_ms": 600, "length_bucket_tokens": 16}, "p99"),
 ])
 def test_live_check_rejects_naive_choices(predictor, name, settings, match):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            lab.check_service_meets_slo(settings, predictor)
-        except LabCheckFailed as e:
-            assert re.search(match, str(e)), str(e)
-            return
-    if not any("cannot tell settings apart" in str(w.message) for w in caught):
-        pytest.fail(f"{name} met the SLO at the stated rate ({lab.reference(predictor)})")
-    pytest.skip(f"the check could not tell settings apart by a clear margin here ({lab.reference(predictor)}) "
+    # The check judges one live run (retried once on a miss), like a learner's, so its power is statistical: on
+    # a quiet box the defaults miss the bound at the stated rate in most runs, not in every one (a fresh-clone
+    # run measured them inside it once, at 154 req/s of a 256 req/s reference). A naive choice must be rejected
+    # in one of two checks, each at a rate measured afresh; a rejection must name what is wrong.
+    passes = []
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                lab.check_service_meets_slo(settings, predictor)
+            except LabCheckFailed as e:
+                assert re.search(match, str(e)), str(e)
+                return
+        passes.append((lab.reference(predictor), any("cannot tell settings apart" in str(w.message) for w in caught)))
+    if not any(warned for _, warned in passes):
+        pytest.fail(f"{name} met the SLO at the stated rate in two checks ({[ref for ref, _ in passes]})")
+    pytest.skip(f"the check could not tell settings apart by a clear margin here ({passes}) "
                 "and said so; the naive choice met the SLO")
 
 
