@@ -200,7 +200,7 @@ def test_bench_engine_quick_has_every_figure():
     from ailab import variants
     from ailab.suites import engine as suite
 
-    # torch.compile is left out here: it recompiles at each new shape the quick run meets (~20 s of make test), and
+    # torch.compile is left out here: it recompiles at each new shape the quick run meets (~50 s of make test), and
     # tests/test_variants.py checks it against eager on its own. Every other variant is built, timed and gated.
     names = [v for v in variants.VARIANTS if v != "torch_compile"]
     out = suite.run(quick=True, argv=["--variants", ",".join(names)])

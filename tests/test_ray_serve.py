@@ -52,6 +52,15 @@ def test_replicas_are_placed_on_different_nodes(cluster):
     assert len({n["NodeID"] for n in ray.nodes() if n["Alive"]}) == 2
 
 
+def test_placement_can_be_asked_from_inside_an_event_loop(cluster):
+    import asyncio
+
+    async def in_a_loop():     # a notebook's kernel runs one; Serve's blocking result() refuses such a thread
+        return cluster.placement(timeout_s=20.0)
+
+    assert len(asyncio.run(in_a_loop())) == 2
+
+
 def test_a_killed_replica_loses_only_what_it_had_in_flight(cluster):
     victim = cluster.placement()[0]
     statuses, stop = [], threading.Event()

@@ -191,22 +191,32 @@ class RayCluster:
 
     def placement(self, calls: int = 40, deployment_name: str = "ailab", timeout_s: float = 10.0) -> list[dict]:
         """Which node each replica runs on, asked of the replicas themselves through Ray's router: `calls`
-        calls of replica_info(), spread over the replicas, one row per replica answering. All the calls share
-        `timeout_s`: a replica that died or a cluster going down ends the asking there, and the rows say which
-        replicas did answer."""
+        calls of replica_info() sent at once, so an idle replica answers even while a busy one has a queue;
+        one row per replica that answered within `timeout_s` (the rest are cancelled)."""
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+
         from ray import serve
 
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:   # Serve's blocking result() refuses a thread that runs an event loop (a notebook's): ask from another
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(self.placement, calls, deployment_name, timeout_s).result()
         handle = serve.get_deployment_handle(deployment_name, app_name=self.app_name)
+        pending = [handle.replica_info.remote() for _ in range(calls)]
         seen, deadline = {}, time.monotonic() + timeout_s
-        for _ in range(calls):
+        for response in pending:
             left = deadline - time.monotonic()
-            if left <= 0:
-                break
             try:
-                info = handle.replica_info.remote().result(timeout_s=left)
+                if left <= 0:
+                    raise TimeoutError
+                info = response.result(timeout_s=left)
+                seen[info["replica"]] = info
             except TimeoutError:
-                break
-            seen[info["replica"]] = info
+                response.cancel()   # a replica that died, a long queue or a cluster going down
         return sorted(seen.values(), key=lambda r: r["replica"])
 
     def stop(self) -> None:

@@ -119,15 +119,16 @@ def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: fl
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
 
-    placement: list[dict] = []
+    # Where each replica ran, asked of the replicas: the first before any load (a replica with a long queue
+    # answers late), each new one as it appears (it is idle, so it answers at once; it may not be in the
+    # router's table at the first asking, hence the asking again).
+    placement = {r["replica"]: r for r in cluster.placement(timeout_s=30.0)}
 
     def poll():
         while not stop.is_set():
             samples.append((time.perf_counter() - t0, cluster.running_replicas()))
-            if samples[-1][1] > 1 and len(placement) < samples[-1][1]:  # where they ran, asked of them
-                found = cluster.placement(calls=40, timeout_s=5.0)    # a new replica may not be in the router's table yet
-                if len(found) > len(placement):
-                    placement[:] = found
+            if samples[-1][1] > len(placement):
+                placement.update((r["replica"], r) for r in cluster.placement(calls=40, timeout_s=5.0))
             stop.wait(poll_s)
 
     watcher = threading.Thread(target=poll, daemon=True)
@@ -152,7 +153,7 @@ def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: fl
                         "p99_ms": round(float(np.percentile([ms for ms, _ in inside], 99)), 1) if inside else None,
                         "failed": sum(1 for _, ok in inside if not ok)})
     return {"replicas": [(round(t, 2), n) for t, n in samples], "windows": windows, "offered": offered,
-            "placement": placement}
+            "placement": sorted(placement.values(), key=lambda r: r["replica"])}
 
 
 AUTOSCALING_DEMO = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2, "upscale_delay_s": 1.0,
