@@ -395,7 +395,9 @@ def test_right_isolation_passes(chk, impl):
     (L.check_dispatch_on_timeout, waits_forever, "it waits forever"),
     (L.check_dispatch_on_timeout, never_batches, "never batches"),
     (L.check_dispatch_on_timeout, fixed_window, r"max_wait_s=0.9 the partial batch went after"),
-    (L.check_dispatch_on_timeout, window_in_ms, r"max_wait_s=0.1 the partial batch went after"),
+    # A 0.1 ms window sends at once; on a busy machine its timer can even fire before a queued item is handed
+    # over, and the batch comes out short (a stop-19 CI run). Either way it is rejected at max_wait_s=0.1.
+    (L.check_dispatch_on_timeout, window_in_ms, r"max_wait_s=0\.1( the partial batch went after|\); the batch)"),
     (L.check_never_exceeds_max, drains_everything, r"holds 50 items but max_batch_size=8"),
     (L.check_never_exceeds_max, off_by_one, r"holds 9 items but max_batch_size=8"),
     (L.check_never_exceeds_max, fixed_size_8, r"holds 8 items but max_batch_size=1"),
