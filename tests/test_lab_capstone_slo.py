@@ -82,10 +82,10 @@ def test_workload_mixes_short_texts_with_long_ones(predictor):
      {"max_batch_size": 64, "max_wait_ms": 600, "length_bucket_tokens": 16}, "p99"),
 ])
 def test_live_check_rejects_naive_choices(predictor, name, settings, match):
-    # The check judges one live run (retried once on a miss), like a learner's, so its power is statistical: on
-    # a quiet box the defaults miss the bound at the stated rate in most runs, not in every one (a fresh-clone
-    # run measured them inside it once, at 154 req/s of a 256 req/s reference). A naive choice must be rejected
-    # in one of two checks, each at a rate measured afresh; a rejection must name what is wrong.
+    # The check judges one live run (retried once on a miss), like a learner's, so its power is statistical:
+    # the stated rate sits 1.15x above what the padded defaults serve flat out, measured just before, and
+    # a burst of load elsewhere can still blur that. A naive choice must be rejected in one of two checks,
+    # each at a rate measured afresh; a rejection must name what is wrong.
     passes = []
     for _ in range(2):
         with warnings.catch_warnings(record=True) as caught:
@@ -97,26 +97,25 @@ def test_live_check_rejects_naive_choices(predictor, name, settings, match):
                 return
         passes.append((lab.reference(predictor), any("cannot tell settings apart" in str(w.message) for w in caught)))
     if not any(warned for _, warned in passes):
-        if match == "padded":
-            # Known blind spot (open in issue 11): the stated rate is set from like lengths and one text per
-            # pass, not from padded batches. On an Intel Xeon padded batches served 150-167 req/s flat out
-            # against a stated 163-173, so they can meet it. Named here with its figures, never passed silently.
-            ref = passes[-1][0]
-            rate = lab.stated_rate(ref["reference_rps"], ref["no_batching_rps"])
-            padded = lab._served_flat_out(predictor, {"max_queue": 256}, 32, 3.0, 1.0)
-            if padded >= 0.85 * rate:
-                pytest.xfail(f"padded batches serve {padded:.0f} req/s flat out here, {padded / rate:.2f}x the "
-                             f"stated {rate:.0f} req/s: the check cannot reject them on this CPU")
         pytest.fail(f"{name} met the SLO at the stated rate in two checks ({[ref for ref, _ in passes]})")
     pytest.skip(f"the check could not tell settings apart by a clear margin here ({passes}) "
                 "and said so; the naive choice met the SLO")
 
 
-def test_stated_rate_sits_above_no_batching_and_within_the_reference():
-    assert lab.stated_rate(220.0, 80.0) == 132.0                  # quiet 2-core box: 0.6 of the reference
-    assert lab.stated_rate(220.0, 92.0) == 138.0                  # 1.5x one text per pass, where that is more
-    assert lab.stated_rate(130.0, 70.0) == round(0.65 * 130.0)    # never past 0.65 of the reference
+def test_stated_rate_sits_above_the_naive_choices_and_within_the_reference():
+    assert lab.stated_rate(220.0, 80.0, 100.0) == 132.0              # batching pays well: 0.6 of the reference
+    assert lab.stated_rate(220.0, 92.0, 100.0) == 138.0              # 1.5x one text per pass, where that is more
+    assert lab.stated_rate(212.0, 52.0, 130.0) == round(1.15 * 130)  # Intel Xeon: 1.15x the padded defaults
+    assert lab.stated_rate(160.0, 62.0, 66.0) == 96.0                # beside a busy process: 0.6 again
+    assert lab.stated_rate(130.0, 70.0, 60.0) == round(0.75 * 130.0)  # never past 0.75 of the reference
     assert lab.stated_rate(1.0, 0.5) == 5.0
+
+
+def test_reference_is_separable_only_with_room_above_every_naive_choice(monkeypatch):
+    figures = iter([212.0, 130.0, 52.0, 212.0, 150.0, 52.0])   # reference, padded, one per pass; twice
+    monkeypatch.setattr(lab, "_served_flat_out", lambda *a, **k: next(figures))
+    assert lab.reference(object(), fresh=True)["separable"]
+    assert not lab.reference(object(), fresh=True)["separable"]   # 1.15 x 150 > 0.75 x 212
 
 
 @pytest.mark.parametrize("settings", [{"length_bucket_tokens": 0}, {"length_bucket_tokens": True},

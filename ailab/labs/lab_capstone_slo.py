@@ -24,8 +24,11 @@ from ailab.server.config import ServerConfig
 
 LAB = "lab_capstone_slo"
 RATE_SHARE = 0.6         # the stated rate: this share of what REFERENCE_SERVICE serves flat out here, now,
-NO_BATCHING_MARGIN = 1.5  # or this many times what one text per forward pass serves, where that is more,
-MAX_SHARE = 0.65         # but never more than this share of the reference (see target_rate)
+NO_BATCHING_MARGIN = 1.5  # or this many times what one text per forward pass serves,
+PADDED_MARGIN = 1.15     # or this many times what the server's padded defaults serve, where that is more,
+MAX_SHARE = 0.75         # but never more than this share of the reference (see target_rate)
+# The server's defaults, as a learner who tunes nothing runs them (256 is the defaults' own max_queue).
+PADDED_SERVICE = {"max_queue": 256}
 # What the reference load-tests: batches that keep short texts apart from long ones (one good answer of many).
 REFERENCE_SERVICE = {"max_batch_size": 32, "max_wait_ms": 10, "length_bucket_tokens": 16}
 P99_BOUND_MS = 500.0     # the stated bound (a long batch wait of 600 ms cannot meet it)
@@ -142,11 +145,13 @@ def reference(predictor, fresh: bool = False, duration_s: float = 3.0, warmup_s:
     """What this machine serves of the workload flat out (closed loops), now, through the same HTTP stack
     and load generator as the check, so the figures carry their cost and whatever else the machine is doing:
       reference_rps:   REFERENCE_SERVICE, where no short text pays for a long one's padding (32 clients);
+      padded_rps:      PADDED_SERVICE, every batch padded to its longest text (32 clients);
       no_batching_rps: one text per forward pass (4 clients keep it busy; more would only queue);
-      separable:       whether a rate exists that one text per pass misses by a clear margin and like
-                       lengths meet with room (NO_BATCHING_MARGIN / MAX_SHARE, 2.3x apart). On a quiet
-                       2-core box they are 2.3-3x apart; beside a process that keeps a core busy, about
-                       2x, too close to tell settings apart by a clear margin.
+      separable:       whether a rate exists that padded batches and one text per pass miss by a clear
+                       margin (PADDED_MARGIN, NO_BATCHING_MARGIN) and like lengths meet with room
+                       (MAX_SHARE). How far apart they are depends on the CPU: on Intel Xeons with
+                       AVX-512 VNNI, whose matrix products are cheap next to the per-request HTTP work,
+                       padded batches served 0.52-0.64 of the reference (0.41 beside a busy process).
     Kept for the predictor unless `fresh`.
 
     (The model alone, timed in-process, was the reference before. Beside a busy neighbour its two threads
@@ -155,23 +160,28 @@ def reference(predictor, fresh: bool = False, duration_s: float = 3.0, warmup_s:
     cached = _RATE_CACHE.get("for")
     if fresh or cached is None or cached[0] is not predictor:
         figures = {"reference_rps": _served_flat_out(predictor, REFERENCE_SERVICE, 32, duration_s, warmup_s),
+                   "padded_rps": _served_flat_out(predictor, PADDED_SERVICE, 32, duration_s, warmup_s),
                    "no_batching_rps": _served_flat_out(predictor, {"max_batch_size": 1}, 4, duration_s, warmup_s)}
-        figures["separable"] = NO_BATCHING_MARGIN * figures["no_batching_rps"] <= MAX_SHARE * figures["reference_rps"]
+        naive_floor = max(NO_BATCHING_MARGIN * figures["no_batching_rps"], PADDED_MARGIN * figures["padded_rps"])
+        figures["separable"] = naive_floor <= MAX_SHARE * figures["reference_rps"]
         _RATE_CACHE["for"] = (predictor, figures)
     return dict(_RATE_CACHE["for"][1])
 
 
 def target_rate(predictor, fresh: bool = False) -> float:
     """The stated rate for this machine, from reference(): RATE_SHARE of what like lengths serve, raised to
-    NO_BATCHING_MARGIN times what one text per pass serves where that is more (beside a busy neighbour, one
-    text per pass loses less than batches do), and never past MAX_SHARE of the reference. Padded batches
-    cannot keep up with it, nor can one text per pass, while batches of like lengths serve it with room."""
+    PADDED_MARGIN times what padded batches serve and NO_BATCHING_MARGIN times what one text per pass serves
+    where those are more (beside a busy neighbour, one text per pass loses less than batches do), and never
+    past MAX_SHARE of the reference. Padded batches cannot keep up with it, nor can one text per pass, while
+    batches of like lengths serve it with room (on an Intel Xeon they met 0.8 of the reference at a p99 of
+    230-240 ms, and missed the bound at 0.88-0.95)."""
     return stated_rate(**{k: v for k, v in reference(predictor, fresh).items() if k != "separable"})
 
 
-def stated_rate(reference_rps: float, no_batching_rps: float) -> float:
-    """target_rate() from the two figures of reference()."""
-    rate = min(MAX_SHARE * reference_rps, max(RATE_SHARE * reference_rps, NO_BATCHING_MARGIN * no_batching_rps))
+def stated_rate(reference_rps: float, no_batching_rps: float, padded_rps: float = 0.0) -> float:
+    """target_rate() from the figures of reference()."""
+    naive_floor = max(NO_BATCHING_MARGIN * no_batching_rps, PADDED_MARGIN * padded_rps)
+    rate = min(MAX_SHARE * reference_rps, max(RATE_SHARE * reference_rps, naive_floor))
     return float(max(5.0, round(rate)))
 
 
@@ -225,8 +235,9 @@ def check_service_meets_slo(settings, predictor) -> LoadResult:
     ref = reference(predictor)
     if not ref["separable"]:
         warnings.warn(f"the check cannot tell settings apart by a clear margin here right now: one text per "
-                      f"forward pass served {ref['no_batching_rps']:.0f} req/s and batches of like lengths "
-                      f"{ref['reference_rps']:.0f} (it needs them {NO_BATCHING_MARGIN / MAX_SHARE:.1f}x apart). "
-                      f"The pass holds at {rate:g} req/s here, now; close other programs and run the check "
-                      "again before you trust it.", stacklevel=2)
+                      f"forward pass served {ref['no_batching_rps']:.0f} req/s, padded batches "
+                      f"{ref['padded_rps']:.0f} and batches of like lengths {ref['reference_rps']:.0f} (it needs "
+                      f"the reference {NO_BATCHING_MARGIN / MAX_SHARE:.1f}x and {PADDED_MARGIN / MAX_SHARE:.2f}x "
+                      f"ahead of them). The pass holds at {rate:g} req/s here, now; close other programs and run "
+                      "the check again before you trust it.", stacklevel=2)
     return result
