@@ -67,7 +67,7 @@ class DynamicBatcher:
                  max_batch_cost: float | None = None, bucket_fn: Callable[[Any], Hashable] | None = None,
                  worker_init: Callable[[], None] | None = None, on_batch: Callable[[int, list, float], None] | None = None,
                  name: str = "batcher", max_queue_per_priority: int | None = None,
-                 age_s_per_level: float | None = 1.0):
+                 age_s_per_level: float | None = 1.0, executor: ThreadPoolExecutor | None = None):
         if not callable(fn):
             raise TypeError(f"DynamicBatcher(fn=...) needs a callable taking a list of items, got {type(fn).__name__}")
         self._queue = PriorityLevels(max_queue, max_queue_per_priority, age_s_per_level)  # checks them
@@ -88,9 +88,13 @@ class DynamicBatcher:
         self._dead: str | None = None                    # why the collector stopped, once it has
         self._stop_reason: str | None = None             # set when close() stops the collector itself
         self._seq = itertools.count()
-        # One thread, one model copy: the batcher never runs two batches at once.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-worker",
-                                            initializer=worker_init)
+        # One thread, one model copy: the batcher never runs two batches at once. `executor`, when given, is
+        # that thread (one worker), already made: the one that loaded the model (see ModelRegistry._build).
+        # The batcher shuts it down on close().
+        if executor is not None and worker_init is not None:
+            raise ValueError("give worker_init to the executor you pass (ThreadPoolExecutor(initializer=...))")
+        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-worker",
+                                                        initializer=worker_init)
 
     # ---- configuration -------------------------------------------------------------------------
     def configure(self, max_batch_size: int | None = None, max_wait_ms: float | None = None) -> None:

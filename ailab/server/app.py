@@ -61,7 +61,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
                              {"max_batch_size": config.max_batch_size, "max_wait_ms": config.max_wait_ms,
                               "max_queue": config.max_queue, "length_bucket_tokens": config.length_bucket_tokens},
                              config.torch_threads, metrics.on_batch, metrics.on_model_loaded,
-                             config.warmup)
+                             config.warmup, freeze_gc=config.freeze_gc)
     state = ServerState(config, registry, metrics)
     if generation is not None:
         state.generation = generation
