@@ -127,8 +127,9 @@ class ModelRegistry:
     async def _build(self, name: str, loader: Callable[[], object], verify: bool = False) -> LoadedModel:
         # The model's one thread loads it, warms it up and runs every batch. A second thread that ever ran
         # torch keeps its own OpenMP team, and once the teams hold more threads than the CPU has cores,
-        # libgomp stops spinning between parallel regions: on a 2-core box a batch of 32 MiniLM texts then
-        # took 89-97 ms instead of 68.
+        # libgomp stops spinning between parallel regions: on an idle 2-core box a batch of 32 MiniLM texts
+        # then took 89-97 ms instead of 68. (Beside another busy process spinning costs more than it saves,
+        # and OMP_WAIT_POLICY=PASSIVE is the better choice: server/model_thread.py measures both.)
         model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batcher-{name}-worker",
                                           initializer=_worker_init(self.torch_threads))
         t0 = time.perf_counter()
