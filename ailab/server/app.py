@@ -1,8 +1,9 @@
 """create_app(): the inference server as a FastAPI app (topics S3-S11).
 
 One process, one event loop for HTTP, one worker thread per loaded model (inside its
-DynamicBatcher), which also loads and warms the model: see server/model_thread.py for why. The handler stays cheap - read bytes, json.loads, submit, write bytes - because
-every millisecond spent on the event loop is a millisecond the GIL is not free for tokenizing.
+DynamicBatcher), which also loads and warms the model (server/model_thread.py says why). The handler
+stays cheap - read bytes, json.loads, submit, write bytes - because every millisecond spent on the
+event loop is a millisecond the GIL is not free for tokenizing.
 
     POST /v1/predict  {"inputs": "text" | [...], "model": optional}  -> outputs, model, model_sha256, request_id
     GET  /healthz     liveness: model, weights SHA-256, memory, recent QPS (200 while the process lives)
