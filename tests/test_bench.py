@@ -201,6 +201,18 @@ def test_closed_loop_throughput_matches_capacity(server):
     assert r.error_rate == 0 and r.statuses[200] == r.n
 
 
+def test_a_closed_loop_stops_early_when_told_and_reports_the_span_it_ran(server):
+    url = server(delay_s=0.02, workers=2)  # capacity: 100 req/s
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    t = time.perf_counter()
+    r = bench.closed_loop(url, None, clients=4, duration_s=30.0, warmup_s=0.2, stop=stop)
+    took = time.perf_counter() - t
+    assert took < 10, f"the run went on for {took:.1f} s after its stop was set at 1 s"
+    assert r.n > 10 and r.elapsed_s < 5, r
+    assert 40 < r.rps <= 105, r            # over the span it ran, not the 30 s it was planned for
+
+
 def test_errors_are_counted_by_status(server):
     url = server(fail_every=4)
     r = bench.closed_loop(url, None, clients=2, duration_s=1.0, warmup_s=0.2)

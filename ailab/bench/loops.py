@@ -43,8 +43,8 @@ class _Progress:
             self.bar.close()
 
 
-async def _ticker(progress: _Progress, t0: float, end: float, hooks=()):
-    while (now := time.perf_counter() - t0) < end:
+async def _ticker(progress: _Progress, t0: float, end: float, hooks=(), stop=None):
+    while (now := time.perf_counter() - t0) < end and not (stop is not None and stop.is_set()):
         progress.update(now)
         for hook in hooks:
             hook(now)
@@ -83,8 +83,9 @@ def check_payloads(payloads) -> list:
 # --------------------------------------------------------------------------- the two loops
 
 async def run_closed(make_sender: Callable, n_bodies: int, clients: int, duration_s: float, warmup_s: float,
-                     progress: bool | None = None, hooks=()) -> tuple[list[Record], float]:
-    """`clients` senders in a closed loop; returns the measured records and the measured span (s)."""
+                     progress: bool | None = None, hooks=(), stop=None) -> tuple[list[Record], float]:
+    """`clients` senders in a closed loop; returns the measured records and the measured span (s).
+    `stop` (a threading.Event) ends the run early: each client finishes the request in hand."""
     _check_closed(clients, duration_s, warmup_s)
     end = warmup_s + duration_s
     records: list[Record] = []
@@ -93,7 +94,7 @@ async def run_closed(make_sender: Callable, n_bodies: int, clients: int, duratio
     async def one_client(k: int):
         sender, i = make_sender(), k
         try:
-            while (sent := time.perf_counter() - t0) < end:
+            while (sent := time.perf_counter() - t0) < end and not (stop is not None and stop.is_set()):
                 status = await sender.send(i % n_bodies)
                 if sent >= warmup_s:  # warm-up requests are sent, not counted
                     records.append(Record(sent, sent, (time.perf_counter() - t0 - sent) * 1e3, status))
@@ -102,9 +103,11 @@ async def run_closed(make_sender: Callable, n_bodies: int, clients: int, duratio
             sender.close()
 
     bar = _Progress(end, f"closed loop x{clients}", progress)
-    await asyncio.gather(_ticker(bar, t0, end, hooks), *(one_client(k) for k in range(clients)))
+    await asyncio.gather(_ticker(bar, t0, end, hooks, stop), *(one_client(k) for k in range(clients)))
     bar.close()
     last = max((r.done_s for r in records), default=end)
+    if stop is not None and stop.is_set():
+        return records, max(last - warmup_s, 1e-9)   # the span it ran, not the one planned
     return records, max(last, end) - warmup_s
 
 
@@ -158,8 +161,9 @@ async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, durati
 def closed_loop(url: str, payloads: Sequence | None, clients: int = 8, duration_s: float = 10.0,
                 warmup_s: float = 2.0, timeout_s: float = 10.0, window_s: float = 1.0,
                 connect_timeout_s: float = 2.0, progress: bool | None = None, headers: dict | None = None,
-                _hooks=()) -> LoadResult:
-    """`clients` concurrent HTTP clients, each sending its next request as soon as the last one is answered."""
+                stop=None, _hooks=()) -> LoadResult:
+    """`clients` concurrent HTTP clients, each sending its next request as soon as the last one is answered.
+    `stop`: a threading.Event that ends the run before duration_s (e.g. once an alert under test fired)."""
     payloads = check_payloads(payloads)
     target = Target.make(url, payloads, headers)
     _check_closed(clients, duration_s, warmup_s)
@@ -167,7 +171,7 @@ def closed_loop(url: str, payloads: Sequence | None, clients: int = 8, duration_
     async def main():
         await preflight(target, connect_timeout_s)
         return await run_closed(lambda: Connection(target, timeout_s, connect_timeout_s), len(payloads), clients,
-                                duration_s, warmup_s, progress, _hooks)
+                                duration_s, warmup_s, progress, _hooks, stop)
 
     records, elapsed = run_sync(main)
     return LoadResult("closed", url, clients, None, duration_s, warmup_s, records, elapsed, window_s)
