@@ -18,6 +18,7 @@ import json
 import logging
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -58,13 +59,13 @@ def server_stages(base_url: str, clients: int, seconds: float = 4.0, text: str =
         n = c1 - c0
         return ((s1 - s0) / n * scale if n else float("nan")), n
 
-    batches_compute, batches = mean("ailab_batch_compute_seconds")
+    batches_compute, _ = mean("ailab_batch_compute_seconds")
     batch_size, _ = mean("ailab_batch_size", scale=1.0)
     handler, n_requests = mean("ailab_request_latency_seconds")
     out = {"clients": clients, "rps": round(run.rps, 1), "client_p50_ms": run.stats.p50_ms,
            "client_p99_ms": run.stats.p99_ms, "client_ms": round(run.stats.mean_ms, 2),
            "handler_ms": round(handler, 2), "queue_wait_ms": round(mean("ailab_queue_wait_seconds")[0], 2),
-           "batches": int(batches), "batch_size": round(batch_size, 2), "compute_ms": round(batches_compute, 2),
+           "batch_size": round(batch_size, 2), "compute_ms": round(batches_compute, 2),
            "requests": int(n_requests), "errors": run.n - run.n_ok}
     for stage in ("tokenize", "forward", "postprocess"):
         out[f"{stage}_ms"] = round(mean("ailab_batch_stage_seconds", stage)[0], 2)
@@ -131,7 +132,7 @@ def profile_threads(pid: int, seconds: float = 5.0, rate: int = 50) -> dict:
     py-spy reads the process's memory from outside (ptrace), so it needs the right to: as root, or as the user
     who started the server when kernel.yama.ptrace_scope is 0 (Debian's default; Ubuntu sets 1, which allows it
     only for a process's ancestors). A refusal raises PermissionError with that advice."""
-    spy = shutil.which("py-spy") or str(Path(__import__("sys").executable).with_name("py-spy"))
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         raise FileNotFoundError("py-spy is not installed: pip install py-spy (it is in ailab's dev extra)")
     with tempfile.TemporaryDirectory() as tmp:
