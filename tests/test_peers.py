@@ -36,6 +36,13 @@ def test_hey_summary_is_parsed_with_failures_counted():
         peers.parse_hey("connection refused")
 
 
+def test_hey_with_fewer_than_100_answers_gives_no_p99():
+    # what hey prints for 50 answers (checked against the Debian package): no 99 % line, a "0%" line in its place
+    few = HEY_OUTPUT.replace("  99% in 0.1500 secs", "  0% in 0.0000 secs").replace("[200]\t1660", "[200]\t40")
+    got = peers.parse_hey(few)
+    assert got["p99_ms"] is None and got["p50_ms"] == 88.0 and got["n"] == 53
+
+
 def test_an_unknown_peer_is_refused_by_name():
     with pytest.raises(SystemExit, match="unknown peer"):
         peers.run(argv=["--peers", "ailab,triton"])

@@ -136,7 +136,9 @@ def run_hey(url: str, body: dict, clients: int, seconds: float) -> dict:
 
 
 def parse_hey(text: str) -> dict:
-    """hey's summary: Requests/sec, the 50 % and 99 % latencies, the status codes and the error lines."""
+    """hey's summary: Requests/sec, the 50 % and 99 % latencies, the status codes and the error lines.
+    hey prints its 99 % line only from 100 answers up (below, a "0% in 0.0000 secs" line stands in its place):
+    p99_ms is then None, not a figure from too few samples."""
     rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
     if rps is None:
         raise ValueError(f"hey printed no throughput: {text[-500:]!r}")
