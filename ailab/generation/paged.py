@@ -4,7 +4,7 @@ its last block, instead of everything between its length and a reserved maximum.
 
     BlockAllocator   the free list and the block tables: which slots hold which sequence's tokens
     PagedKVCache     the K/V storage: (layers, num_blocks * block_size, heads, head_dim) slots
-    PagedView        one forward call's view: new tokens' slots, and every cached slot gathered per sequence
+    PagedView        one forward call's view: new tokens' slots, and every cached block gathered per sequence
 
 Running out of blocks raises OutOfBlocks before anything is taken: the caller decides whether the request
 waits or is refused. It is never an out-of-memory crash.
@@ -116,20 +116,22 @@ class PagedView:
         lengths = torch.tensor([a.lengths[s] for s in seqs], device=device)             # (B,)
         if int(lengths.min()) < new_tokens:
             raise ValueError(f"a sequence holds fewer than the {new_tokens} new tokens")
-        pos = torch.arange(int(lengths.max()), device=device)                           # (S,)
-        table = a.table_tensor(seqs, device)                                            # (B, blocks)
-        self.context_slots = table[:, pos // a.block_size] * a.block_size + pos % a.block_size   # (B, S)
+        self.table = a.table_tensor(seqs, device)                                       # (B, blocks)
         self.positions = lengths[:, None] - new_tokens + torch.arange(new_tokens, device=device)  # (B, T)
-        self.new_slots = self.context_slots.gather(1, self.positions)                  # (B, T)
-        self.cache = cache
+        self.new_slots = (self.table.gather(1, self.positions // a.block_size) * a.block_size
+                          + self.positions % a.block_size)                              # (B, T)
+        self.block_size, self.cache = a.block_size, cache
 
     def attend(self, layer: int, q, k, v, scale: float):
         B, H, T, D = k.shape
         store_k, store_v = self.cache.k[layer], self.cache.v[layer]                     # (slots, H, D)
         store_k[self.new_slots.reshape(-1)] = k.transpose(1, 2).reshape(B * T, H, D)
         store_v[self.new_slots.reshape(-1)] = v.transpose(1, 2).reshape(B * T, H, D)
-        keys = store_k[self.context_slots].transpose(1, 2)                              # (B, H, S, D): gathered
-        values = store_v[self.context_slots].transpose(1, 2)
-        key_pos = torch.arange(self.context_slots.shape[1], device=q.device)
+        # Gathered a whole block at a time (one index per block, not per token): S is the longest table's
+        # blocks * block_size; slots past a sequence's length (a tail, or block-0 padding) are masked out.
+        width = self.table.shape[1] * self.block_size
+        keys = store_k.view(-1, self.block_size, H, D)[self.table].view(B, width, H, D).transpose(1, 2)  # (B, H, S, D)
+        values = store_v.view(-1, self.block_size, H, D)[self.table].view(B, width, H, D).transpose(1, 2)
+        key_pos = torch.arange(width, device=q.device)
         allowed = key_pos[None, None, :] <= self.positions[:, :, None]                  # (B, T, S)
         return masked_attention(q, keys, values, allowed[:, None], scale)
