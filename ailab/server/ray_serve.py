@@ -190,9 +190,11 @@ class RayCluster:
         return self.replica_states().get("RUNNING", 0)
 
     def placement(self, calls: int = 40, deployment_name: str = "ailab", timeout_s: float = 10.0) -> list[dict]:
-        """Which node each replica runs on, asked of the replicas themselves through Ray's router: `calls`
-        calls of replica_info() sent at once, so an idle replica answers even while a busy one has a queue;
-        one row per replica that answered within `timeout_s` (the rest are cancelled)."""
+        """Which node each replica runs on, asked of the replicas themselves through Ray's router: rounds of
+        `calls` calls of replica_info() sent at once, so an idle replica answers even while a busy one has a
+        queue, until every RUNNING replica has answered or `timeout_s` has passed. A fresh handle's router may
+        still know one replica only and send a whole round to it (seen once in a fresh-clone run), hence the
+        rounds. One row per replica that answered (calls still unanswered at the end are cancelled)."""
         import asyncio
         from concurrent.futures import ThreadPoolExecutor
 
@@ -206,18 +208,21 @@ class RayCluster:
             with ThreadPoolExecutor(1) as pool:
                 return pool.submit(self.placement, calls, deployment_name, timeout_s).result()
         handle = serve.get_deployment_handle(deployment_name, app_name=self.app_name)
-        pending = [handle.replica_info.remote() for _ in range(calls)]
         seen, deadline = {}, time.monotonic() + timeout_s
-        for response in pending:
-            left = deadline - time.monotonic()
-            try:
-                if left <= 0:
-                    raise TimeoutError
-                info = response.result(timeout_s=left)
-                seen[info["replica"]] = info
-            except TimeoutError:
-                response.cancel()   # a replica that died, a long queue or a cluster going down
-        return sorted(seen.values(), key=lambda r: r["replica"])
+        while True:
+            pending = [handle.replica_info.remote() for _ in range(calls)]
+            for response in pending:
+                left = deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    info = response.result(timeout_s=left)
+                    seen[info["replica"]] = info
+                except TimeoutError:
+                    response.cancel()   # a replica that died, a long queue or a cluster going down
+            if len(seen) >= self.running_replicas() or time.monotonic() >= deadline:
+                return sorted(seen.values(), key=lambda r: r["replica"])
+            time.sleep(0.2)             # let the router learn of the replicas it has not used yet
 
     def stop(self) -> None:
         import ray
