@@ -271,3 +271,23 @@ def test_multi_text_request_is_admitted_all_or_nothing():
         assert post(c, h.url, {"inputs": ["a", "b", "c"]}).status_code == 200
         assert sum(slow.batch_sizes) == 3, "the refused request must not have been computed"
         assert post(c, h.url, {"inputs": "hi"}, headers={"X-Timeout-Ms": "nan"}).status_code == 400
+
+
+def test_predict_takes_the_fast_path_and_every_other_request_the_router(server, client, monkeypatch):
+    """POST /v1/predict skips FastAPI's routing (routes.PredictFastPath); the rest, and other methods or paths
+    near it, still go through the router and get its answers (405, 404)."""
+    from fastapi.routing import APIRoute
+
+    routed, handle = [], APIRoute.handle
+
+    async def counting(self, scope, receive, send):
+        routed.append((scope["method"], scope["path"]))
+        return await handle(self, scope, receive, send)
+
+    monkeypatch.setattr(APIRoute, "handle", counting)
+    assert post(client, server.url, {"inputs": TEXTS[0]}).status_code == 200
+    assert post(client, server.url, {"inputs": []}).status_code == 422          # refusals too: its own JSON
+    assert client.get(server.url + "/healthz").status_code == 200
+    assert client.get(server.url + "/v1/predict").status_code == 405
+    assert client.post(server.url + "/v1/predict/x", json={"inputs": "a"}).status_code == 404
+    assert ("POST", "/v1/predict") not in routed and ("GET", "/healthz") in routed

@@ -83,6 +83,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
 
     app = FastAPI(title="ailab inference server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.ailab = state
+    app.add_middleware(routes.PredictFastPath)   # inside the limit below: the last one added is the outermost
     app.add_middleware(ConcurrencyLimit, limit=config.max_concurrency, retry_after_s=config.retry_after_s,
                        on_reject=lambda: metrics.requests.labels("503").inc())
 

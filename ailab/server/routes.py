@@ -156,6 +156,28 @@ async def predict(request: Request) -> Response:
         log_request(rid, status, seconds, req.texts if req else None, model_name, err)
 
 
+class PredictFastPath:
+    """ASGI middleware: POST /v1/predict goes straight to `predict`, past FastAPI's router and the layers
+    around it (its exception middleware, the exit stack for dependencies, route matching, dependency
+    solving); every other request goes on through FastAPI as before.
+
+    Why: at 32 clients and batches of 32, the clients move in lock-step, and every request's time on the
+    event loop sits between two forward passes, while the model waits. With an instant model under hey at
+    32 clients those layers were about a third of the event loop's time per request (4,900 req/s through
+    them, 7,400 past them, on the 2-core box of notebook 3/04). Nothing they do is lost here: `predict`
+    answers every error itself (JSON 4xx/5xx, never a bare 500), and the outer middlewares (the in-flight
+    limit, Starlette's last-resort error handler) still wrap it."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/v1/predict" and scope["method"] == "POST":
+            response = await predict(Request(scope, receive))
+            return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 @router.get("/healthz")
 async def healthz(request: Request) -> Response:
     state: ServerState = request.app.state.ailab
