@@ -59,5 +59,38 @@ def test_bench_peers_quick_starts_every_peer_and_answers():
         for generator, by_clients in by_generator.items():
             assert by_clients["8"]["rps"] > 0 and by_clients["8"]["errors"] == 0, (peer, generator, by_clients)
     assert all(mb > 50 for mb in out["rss_mb"].values()), out["rss_mb"]
+    for peer, by_generator in out["summary"].items():   # every peer's model traced from inside, under load
+        side = by_generator["hey"]["8"]
+        assert 0 < side["model_busy"] <= 1 and 1 <= side["batch_mean"] <= 32 and side["gap_ms_p50"] >= 0, (peer, side)
     assert set(out["ailab_over_mosec"]) == {"ailab.bench", "hey"}
     json.dumps(out)
+
+
+def test_a_traced_predictor_is_the_predictor_plus_one_line_per_batch(tmp_path):
+    from ailab.suites._peer_model import TracedPredictor
+
+    class Predictor:
+        max_length = 64
+        on_stages = None
+
+        def __call__(self, texts):
+            return [len(t) for t in texts]
+
+    inner, path = Predictor(), tmp_path / "batches"
+    traced = TracedPredictor(inner, str(path))
+    assert traced(["ab", "c"]) == [2, 1] and traced.max_length == 64
+    traced.on_stages = print                    # ailab's server sets its observer: it must reach the predictor
+    assert inner.on_stages is print
+    start, end, n = path.read_text().split()
+    assert float(start) <= float(end) and n == "2"
+
+
+def test_the_trace_gives_busy_share_batch_and_gap_inside_the_window_only(tmp_path):
+    from ailab.suites._peer_model import read_trace
+
+    path = tmp_path / "batches"
+    # three batches in the window: busy 0.06 s of the 0.10 s from the first start to the last end; gaps 20 ms
+    path.write_text("5.00 5.02 4\n10.00 10.02 32\n10.04 10.06 16\n10.08 10.10 30\n20.0 20.5 1\n")
+    got = read_trace(path, 9.0, 11.0)
+    assert abs(got["model_busy"] - 0.6) < 1e-9 and got["batch_mean"] == 26 and abs(got["gap_ms_p50"] - 20) < 1e-6
+    assert read_trace(path, 19.0, 21.0) == {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}

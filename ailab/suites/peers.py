@@ -8,6 +8,8 @@
               so load from elsewhere hits all of them alike
   figures     req/s, p50 and p99 per peer, generator and concurrency (medians over rounds), the resident memory
               of each peer's whole process tree, and ailab / mosec at 32 clients
+  model side  each peer's model traced from inside (not Ray's): the share of the run it was busy, its mean
+              batch and the median idle gap between batches; what the servers around the same model differ by
 
 --quick runs the tiny random model, 8 clients, one short round and no Ray: it checks that every peer starts and
 answers (what `make test` runs), not who is faster.
@@ -53,6 +55,7 @@ class Peer:
     pid: int | None = None                     # the root of its process tree (None: Ray, measured its own way)
     proc: subprocess.Popen | None = field(default=None, repr=False)
     log: Path | None = None
+    trace: Path | None = None                  # its model's batches (_peer_model.TracedPredictor); None: Ray
     stop: object = None                        # () -> None: the peer and every process it started, gone
     ray: object = None                         # the RayServe cluster, for the Ray peer
 
@@ -64,10 +67,13 @@ def start_peer(kind: str, env: dict) -> Peer:
 
     port = free_port()
     fd, log_name = tempfile.mkstemp(prefix=f"ailab-peer-{kind}-", suffix=".log")
+    trace_fd, trace_name = tempfile.mkstemp(prefix=f"ailab-peer-{kind}-", suffix=".batches")
+    os.close(trace_fd)
     proc = subprocess.Popen([sys.executable, "-m", "ailab.suites._peer_servers", kind, str(port)], stdout=fd,
-                            stderr=fd, env={**os.environ, **env}, start_new_session=True)
+                            stderr=fd, env={**os.environ, **env, "AILAB_PEER_TRACE": trace_name},
+                            start_new_session=True)
     os.close(fd)
-    peer = Peer(kind, f"http://127.0.0.1:{port}{PATHS[kind]}", proc.pid, proc, Path(log_name))
+    peer = Peer(kind, f"http://127.0.0.1:{port}{PATHS[kind]}", proc.pid, proc, Path(log_name), Path(trace_name))
 
     def stop():
         import signal
@@ -82,6 +88,7 @@ def start_peer(kind: str, env: dict) -> Peer:
         except ProcessLookupError:
             pass
         peer.log.unlink(missing_ok=True)
+        peer.trace.unlink(missing_ok=True)
 
     peer.stop = stop
     return peer
@@ -160,6 +167,7 @@ def run_ailab_generator(url: str, body: dict, clients: int, seconds: float) -> d
 
 
 GENERATORS = {"ailab.bench": run_ailab_generator, "hey": run_hey}
+MEDIANS = ("rps", "p50_ms", "p99_ms", "model_busy", "batch_mean", "gap_ms_p50")
 
 
 def one_text(max_chars: int) -> str:
@@ -172,6 +180,16 @@ def one_text(max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars].rsplit(" ", 1)[0]
 
 
+def model_side(peer: Peer, since: float, until: float) -> dict:
+    """How the peer's model spent a run (see _peer_model.read_trace): where two servers run the same model on
+    the same batches, the one whose model sits idle longer between batches serves less."""
+    from ailab.suites._peer_model import read_trace
+
+    if peer.trace is None:
+        return {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}
+    return read_trace(peer.trace, since, until)
+
+
 def summarise(rows: list[dict]) -> dict:
     """{peer: {generator: {clients: medians over rounds}}}."""
     out: dict = {}
@@ -181,7 +199,7 @@ def summarise(rows: list[dict]) -> dict:
         for gen in peer.values():
             for c, rs in gen.items():
                 gen[c] = {k: float(np.median([x[k] for x in rs if x[k] is not None]))
-                          if any(x[k] is not None for x in rs) else None for k in ("rps", "p50_ms", "p99_ms")}
+                          if any(x[k] is not None for x in rs) else None for k in MEDIANS}
                 gen[c]["errors"] = sum(x["errors"] for x in rs)
     return out
 
@@ -228,7 +246,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
             for rnd in range(args.rounds):
                 for peer in peers:
                     for gen, fn in GENERATORS.items():
+                        since = time.monotonic()
                         row = fn(peer.url, body, c, args.seconds)
+                        row.update(model_side(peer, since, time.monotonic()))
                         out["rows"].append({"peer": peer.name, "generator": gen, "clients": c, "round": rnd,
                                             **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}})
         out["rss_mb"] = {peer.name: round(tree_rss_mb(peer), 1) for peer in peers}
@@ -238,5 +258,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     if "ailab" in s and "mosec" in s:
         out["ailab_over_mosec"] = {gen: {"rps": s["ailab"][gen][top]["rps"] / s["mosec"][gen][top]["rps"],
                                          "p99_ailab_ms": s["ailab"][gen][top]["p99_ms"],
-                                         "p99_mosec_ms": s["mosec"][gen][top]["p99_ms"]} for gen in GENERATORS}
+                                         "p99_mosec_ms": s["mosec"][gen][top]["p99_ms"],
+                                         "model_busy_ailab": s["ailab"][gen][top]["model_busy"],
+                                         "model_busy_mosec": s["mosec"][gen][top]["model_busy"],
+                                         "gap_ms_ailab": s["ailab"][gen][top]["gap_ms_p50"],
+                                         "gap_ms_mosec": s["mosec"][gen][top]["gap_ms_p50"]} for gen in GENERATORS}
     return out
