@@ -5,7 +5,6 @@ import contextlib
 import inspect
 import io
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import torch
 from torch import nn
 
 from ailab.engine.runners import OnnxRunner
+from ailab.scratch import scratch_dir
 
 
 class ExportParityError(AssertionError):
@@ -142,7 +142,7 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
     if len(output_names) != n_out:
         raise ValueError(f"the model returns {n_out} output(s) but output_names has {len(output_names)}: {list(output_names)}")
     if path is None:
-        path = Path(tempfile.mkdtemp(prefix="ailab-onnx-")) / f"{type(model).__name__.lower()}.onnx"
+        path = scratch_dir("ailab-onnx-") / f"{type(model).__name__.lower()}.onnx"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     dims = {label: torch.export.Dim(label) for axes in dynamic_axes.values() for label in axes.values()}

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import tempfile
 import tracemalloc
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import torch
 
 from ailab.labs.core import check, expect
 from ailab.models import WeightsIntegrityError
+from ailab.scratch import scratch_dir
 
 LAB = "ex_verify_then_load"
 
@@ -60,7 +60,7 @@ def _sha(path: Path) -> str:
 
 
 def _workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="ailab-ex-verify-"))
+    return scratch_dir("ailab-ex-verify-")
 
 
 def _trusted_file(folder: Path) -> tuple[Path, dict]:

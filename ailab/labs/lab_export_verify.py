@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ailab.labs.core import check, expect
+from ailab.scratch import scratch_dir
 
 LAB = "lab_export_verify"
 _CACHE: dict = {}
@@ -63,7 +64,7 @@ def _reference_export():
     if "ref" not in _CACHE:
         from ailab.engine import export_onnx
 
-        folder = Path(tempfile.mkdtemp(prefix="ailab-lab-export-"))
+        folder = scratch_dir("ailab-lab-export-")
         model = tiny_classifier(0)
         good = export_onnx(model, token_batch(2, 8), folder / "model.onnx", output_names=("logits",)).path
         _CACHE["ref"] = (model, good)
