@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ailab.scratch import scratch_dir
+
 PG_BIN_DIRS = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
 PG_USER = "postgres"  # the unprivileged system user the binaries run as when we are root
 
@@ -61,6 +63,17 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def dies_with_this_process(cmd: list[str]) -> list[str]:
+    """`cmd`, run so that the kernel sends it SIGTERM when the process that started it dies, even by SIGKILL
+    (util-linux's `setpriv --pdeathsig`; unchanged where setpriv is missing). A notebook kernel is killed,
+    not exited, when a test runner or JupyterLab stops it: its atexit never runs, and a server it started
+    without this outlives it, holding its port (one redis-server was left behind by every `make test`).
+    Strictly, the signal comes when the *thread* that started it ends: start such servers from the main thread
+    (notebooks and test fixtures do)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
 
 
 def _tail(log: Path | None, n: int = 20) -> str:
@@ -108,11 +121,12 @@ def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = 
         raise ServiceError(f"{binary!r} is not on PATH. Install Debian's Redis server: "
                            "`apt-get install -y redis-server` (the course needs the real server, not a mock).")
     port = port or free_port()
-    folder = Path(tempfile.mkdtemp(prefix="ailab-redis-"))
+    folder = scratch_dir("ailab-redis-")      # swept with this process's scratch, even if it is killed
     log = folder / "redis.log"
     cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
            "--dir", str(folder), "--logfile", str(log), "--daemonize", "no", "--protected-mode", "yes"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(dies_with_this_process(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     server = RedisServer(port, folder, proc)
     try:
         from redis.backoff import NoBackoff

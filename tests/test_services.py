@@ -19,6 +19,34 @@ def test_redis_is_a_real_server_and_is_cleaned_up():
     assert proc.poll() is not None and not folder.exists()
 
 
+def test_redis_goes_when_the_process_that_started_it_is_killed():
+    """A notebook kernel killed by nbval or JupyterLab runs no atexit: its redis-server must not outlive it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    code = ("import os, signal; from ailab import services; r = services.start_redis(); "
+            "print(r.proc.pid, r.folder, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -9, child.stderr
+    pid, folder = child.stdout.split()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(int(pid), 9)
+        pytest.fail("redis-server outlived the killed process that started it")
+    from ailab.scratch import sweep
+
+    sweep()
+    assert not os.path.exists(folder), "its folder goes at the next sweep"
+
+
 def test_redis_on_a_taken_port_says_why():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
