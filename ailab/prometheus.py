@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ailab.monitoring import parse_duration
-from ailab.services import ServiceError, _wait_until, free_port, stop_process
+from ailab.services import ServiceError, _wait_until, dies_with_this_process, free_port, stop_process
 
 _INSTALL = "Install Debian's Prometheus: `apt-get install -y prometheus` (it brings promtool too)."
 
@@ -117,7 +117,8 @@ def start_prometheus(targets: list[str], rules_files: list[str | Path] = (), scr
     cmd = [exe, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
            f"--web.listen-address=127.0.0.1:{port}"]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     server = PrometheusServer(port, folder, proc)
     try:
         _wait_until(lambda: httpx.get(server.url + "/-/ready", timeout=1).status_code == 200, timeout_s, proc,

@@ -69,7 +69,8 @@ def dies_with_this_process(cmd: list[str]) -> list[str]:
     """`cmd`, run so that the kernel sends it SIGTERM when the process that started it dies, even by SIGKILL
     (util-linux's `setpriv --pdeathsig`; unchanged where setpriv is missing). A notebook kernel is killed,
     not exited, when a test runner or JupyterLab stops it: its atexit never runs, and a server it started
-    without this outlives it, holding its port (one redis-server was left behind by every `make test`).
+    without this outlives it, holding its port (one redis-server was left behind by every `make test`). Used
+    for redis-server, Prometheus and `ailab serve`.
     Strictly, the signal comes when the *thread* that started it ends: start such servers from the main thread
     (notebooks and test fixtures do)."""
     setpriv = shutil.which("setpriv")
@@ -288,7 +289,7 @@ def start_ailab_server(args: list[str] | tuple = (), port: int | None = None, ti
     fd, log_name = tempfile.mkstemp(prefix="ailab-serve-", suffix=".log")
     log = Path(log_name)
     cmd = [sys.executable, "-m", "ailab.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--quiet", *args]
-    proc = subprocess.Popen(cmd, stdout=fd, stderr=fd, start_new_session=True)
+    proc = subprocess.Popen(dies_with_this_process(cmd), stdout=fd, stderr=fd, start_new_session=True)
     os.close(fd)
     server = ServerProcess(f"http://127.0.0.1:{port}", proc, log)
 
