@@ -1,8 +1,9 @@
 """Scratch folders for files a notebook or a check makes and throws away (exported models, saved weights).
 
-`tempfile.mkdtemp` alone leaves every folder behind: a notebook kernel is killed, not exited, when a test
-runner or JupyterLab stops it, so neither atexit nor a TemporaryDirectory's finalizer runs. One run of
-`make test` left about 500 MB of exported models in /tmp that way, and every run added as much.
+`tempfile.mkdtemp` alone leaves every folder behind: nbval kills each notebook's kernel rather than letting
+it exit (so does a crash, an out-of-memory kill or killing a hung kernel), so neither atexit nor a
+TemporaryDirectory's finalizer runs. One run of `make test` left 55 folders, 497 MB, in /tmp that way, and
+every run added as much.
 
 Here each process has one folder, <temp>/ailab-scratch-<uid>/<pid>/, and every scratch folder it asks for
 lives inside it. The folder goes when the process exits normally; if the process was killed, the first

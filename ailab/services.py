@@ -67,9 +67,9 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
 
 def dies_with_this_process(cmd: list[str]) -> list[str]:
     """`cmd`, run so that the kernel sends it SIGTERM when the process that started it dies, even by SIGKILL
-    (util-linux's `setpriv --pdeathsig`; unchanged where setpriv is missing). A notebook kernel is killed,
-    not exited, when a test runner or JupyterLab stops it: its atexit never runs, and a server it started
-    without this outlives it, holding its port (one redis-server was left behind by every `make test`). Used
+    (util-linux's `setpriv --pdeathsig`; unchanged where setpriv is missing). nbval kills each notebook's
+    kernel rather than letting it exit (so does a crash or killing a hung kernel): its atexit never runs, and
+    a server it started without this outlives it, holding its port (one redis-server was left behind by every `make test`). Used
     for redis-server, Prometheus and `ailab serve`.
     Strictly, the signal comes when the *thread* that started it ends: start such servers from the main thread
     (notebooks and test fixtures do)."""

@@ -20,7 +20,7 @@ def test_redis_is_a_real_server_and_is_cleaned_up():
 
 
 def test_redis_goes_when_the_process_that_started_it_is_killed():
-    """A notebook kernel killed by nbval or JupyterLab runs no atexit: its redis-server must not outlive it."""
+    """A notebook kernel killed (as nbval stops every one) runs no atexit: its redis-server must not outlive it."""
     import os
     import subprocess
     import sys
