@@ -42,6 +42,9 @@ class TracedPredictor:
         setattr(self._predictor, name, value)
 
 
+NO_TRACE = {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}   # too few batches, or not traced
+
+
 def read_trace(path, since: float, until: float) -> dict:
     """The batches that started in [since, until] (time.monotonic): the model's busy share from the first
     batch's start to the last one's end, the mean batch, and the median idle gap between one batch's end and
@@ -53,7 +56,7 @@ def read_trace(path, since: float, until: float) -> dict:
             if len(parts) == 3 and since <= float(parts[0]) <= until:
                 rows.append((float(parts[0]), float(parts[1]), int(parts[2])))
     if len(rows) < 2:
-        return {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}
+        return dict(NO_TRACE)
     rows.sort()
     span = rows[-1][1] - rows[0][0]
     gaps = sorted(b[0] - a[1] for a, b in zip(rows, rows[1:]))

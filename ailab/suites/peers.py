@@ -183,10 +183,10 @@ def one_text(max_chars: int) -> str:
 def model_side(peer: Peer, since: float, until: float) -> dict:
     """How the peer's model spent a run (see _peer_model.read_trace): where two servers run the same model on
     the same batches, the one whose model sits idle longer between batches serves less."""
-    from ailab.suites._peer_model import read_trace
+    from ailab.suites._peer_model import NO_TRACE, read_trace
 
     if peer.trace is None:
-        return {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}
+        return dict(NO_TRACE)
     return read_trace(peer.trace, since, until)
 
 
