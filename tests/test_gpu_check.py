@@ -17,7 +17,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
-SECTIONS = ("memory_counters", "fragmentation", "estimator", "precision", "batching_ceiling", "vram_timeline")
+SECTIONS = ("memory_counters", "fragmentation", "estimator", "precision", "batching_ceiling", "vram_timeline",
+            "generation")
 CUDA_ONLY = ("memory_counters", "fragmentation", "precision", "vram_timeline")
 
 
@@ -73,6 +74,17 @@ def test_batching_ceiling_measured_on_cpu(cpu_run):
     for r in bc["rows"]:
         assert r["batch_p50_ms"] > 0 and r["per_item_ms"] == pytest.approx(r["batch_p50_ms"] / r["batch"], rel=1e-2)
     assert bc["batching_ceiling"] > 0 and bc["at_batch"] == bc["rows"][-1]["batch"]
+
+
+def test_generation_measured_on_cpu(cpu_run):
+    # The section a CUDA machine reports issue 10's GPU view from, run here on the CPU: every figure present.
+    gen = cpu_run[0]["sections"]["generation"]
+    assert "skipped" not in gen and gen["device"] == "cpu"
+    assert gen["cache"]["bytes_per_token"]["error_frac"] < 0.02
+    assert all(abs(r["bytes"] - r["formula_bytes"]) <= 0.02 * r["formula_bytes"] for r in gen["cache"]["growth"])
+    assert [r["batch"] for r in gen["step_cost"]][0] == 1 and all(r["step_ms"] > 0 for r in gen["step_cost"])
+    assert {r["engine"] for r in gen["rows"]} == {"continuous", "static", "hf_generate_padded"}
+    assert gen["continuous_over_static_tokens_per_s"] > 0 and gen["bound_if_steps_cost_the_same"] >= 1
 
 
 def test_wheel_specs_are_pyproject_pins():

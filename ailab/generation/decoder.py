@@ -42,6 +42,14 @@ class Decoder(nn.Module):
     def config(self):
         return self.hf.config
 
+    @property
+    def device(self) -> torch.device:
+        return self.hf.transformer.wte.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.hf.transformer.wte.weight.dtype
+
     def forward(self, ids: torch.Tensor, view) -> torch.Tensor:
         """Logits (B, T, vocab) for `ids` (B, T), whose positions, and whose earlier tokens' K/V, `view` holds."""
         t = self.hf.transformer

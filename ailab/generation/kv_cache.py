@@ -18,6 +18,13 @@ import torch
 from ailab.generation.decoder import masked_attention
 
 
+def model_placement(model, dtype: torch.dtype | None = None, device: str | torch.device | None = None):
+    """(dtype, device) for a cache of `model`: the model's own where not given, so that a model moved to a GPU
+    (or cast to fp16) gets a cache beside it without every caller saying so."""
+    return (dtype or getattr(model, "dtype", torch.float32),
+            torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu")))
+
+
 def kv_bytes_per_token(model, dtype: torch.dtype = torch.float32) -> int:
     """2 x layers x heads x head_dim x itemsize: the cache's cost of one more token of one sequence."""
     return 2 * model.n_layer * model.n_head * model.head_dim * torch.empty((), dtype=dtype).element_size()
@@ -38,8 +45,10 @@ class KVCache:
         self.max_len, self.batch, self.length = max_len, batch, 0
 
     @classmethod
-    def for_model(cls, model, batch: int, max_len: int | None = None, dtype: torch.dtype = torch.float32,
-                  device: str | torch.device = "cpu") -> "KVCache":
+    def for_model(cls, model, batch: int, max_len: int | None = None, dtype: torch.dtype | None = None,
+                  device: str | torch.device | None = None) -> "KVCache":
+        """An empty cache shaped for `model`; its dtype and device are the model's unless given."""
+        dtype, device = model_placement(model, dtype, device)
         return cls(model.n_layer, batch, model.n_head, model.head_dim, max_len or model.max_positions, dtype, device)
 
     @property

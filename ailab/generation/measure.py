@@ -1,5 +1,6 @@
 """What the KV cache costs and buys, measured on this machine (notebook 5/01 and `ailab bench generation`).
 
+    cache_growth            the cache's memory (VRAM on a GPU) at several lengths, beside the formula
     cache_bytes_per_token   bytes the allocator hands out per cached token (slope over two lengths) vs formula
     cache_vs_recompute      per-token decode time with the cache vs recomputing the whole prefix, as n grows
     prefill_vs_decode       tokens/s of both phases and their arithmetic intensity, for the roofline
@@ -17,18 +18,31 @@ from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token
 from ailab.generation.paged import BlockAllocator
 
 
-def cache_bytes_per_token(model, lengths: tuple[int, int] = (64, 448), batch: int = 1,
-                          dtype: torch.dtype = torch.float32) -> dict:
-    """Bytes per token of a KVCache, as the allocator reports them (ailab.memory.peak_bytes of building the
-    cache at two lengths: the slope, so any fixed cost cancels), against the formula."""
+def cache_growth(model, lengths: Sequence[int] = (64, 128, 256, 448), batch: int = 8,
+                 dtype: torch.dtype | None = None) -> list[dict]:
+    """The memory a KVCache of `batch` sequences takes at each max length, as the allocator of the model's
+    device reports it (ailab.memory.peak_bytes: torch.cuda's counters on a GPU, the profiler's allocation
+    events on a CPU), beside the formula's bytes for as many tokens."""
     from ailab.memory.measure import peak_bytes
 
-    short, long = lengths
-    measured = [peak_bytes(lambda n=n: KVCache.for_model(model, batch, n, dtype)) for n in (short, long)]
-    per_token = (measured[1] - measured[0]) / ((long - short) * batch)
+    dtype = dtype or model.dtype
+    formula = kv_bytes_per_token(model, dtype)
+    return [{"tokens": batch * n, "bytes": peak_bytes(lambda n=n: KVCache.for_model(model, batch, n, dtype),
+                                                      model.device),
+             "formula_bytes": formula * batch * n} for n in lengths]
+
+
+def cache_bytes_per_token(model, lengths: tuple[int, int] = (64, 448), batch: int = 1,
+                          dtype: torch.dtype | None = None) -> dict:
+    """Bytes per token of a KVCache, as the allocator reports them (cache_growth at two lengths: the slope,
+    so any fixed cost cancels), against the formula."""
+    dtype = dtype or model.dtype
+    short, long = cache_growth(model, lengths, batch, dtype)
+    per_token = (long["bytes"] - short["bytes"]) / (long["tokens"] - short["tokens"])
     formula = kv_bytes_per_token(model, dtype)
     return {"measured_bytes_per_token": per_token, "formula_bytes_per_token": formula,
-            "error_frac": abs(per_token - formula) / formula, "lengths": list(lengths)}
+            "error_frac": abs(per_token - formula) / formula, "lengths": list(lengths),
+            "dtype": str(dtype).replace("torch.", ""), "device": model.device.type}
 
 
 def cache_vs_recompute(model, lengths: Sequence[int] = (16, 64, 128, 256, 448), rounds: int = 7) -> list[dict]:
@@ -40,7 +54,7 @@ def cache_vs_recompute(model, lengths: Sequence[int] = (16, 64, 128, 256, 448), 
     rows = []
     gen = torch.Generator().manual_seed(0)
     for n in lengths:
-        ids = torch.randint(0, model.vocab_size, (1, n + 1), generator=gen)
+        ids = torch.randint(0, model.vocab_size, (1, n + 1), generator=gen).to(model.device)
         cache = KVCache.for_model(model, 1, n + 1)
         prefill(model, cache, ids[:, :n])
 
@@ -50,9 +64,10 @@ def cache_vs_recompute(model, lengths: Sequence[int] = (16, 64, 128, 256, 448), 
 
         def recompute():
             with torch.inference_mode():
-                model(ids, NoCacheView(1, n + 1))
+                model(ids, NoCacheView(1, n + 1, model.device))
 
-        stats = interleaved({"cached": cached, "recompute": recompute}, rounds=rounds, warmup=2, max_seconds=10).stats
+        stats = interleaved({"cached": cached, "recompute": recompute}, rounds=rounds, warmup=2, device=model.device,
+                            max_seconds=10).stats
         rows.append({"context": n, "cached_ms": stats["cached"].p50_ms, "recompute_ms": stats["recompute"].p50_ms,
                      "speedup": stats["recompute"].p50_ms / stats["cached"].p50_ms})
     return rows
@@ -69,7 +84,7 @@ def prefill_vs_decode(model, prompt: int = 256, batch: int = 8, decode_steps: in
     from ailab.timing import interleaved
 
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.vocab_size, (batch, prompt + decode_steps), generator=gen)
+    ids = torch.randint(0, model.vocab_size, (batch, prompt + decode_steps), generator=gen).to(model.device)
     cache = KVCache.for_model(model, batch, prompt + decode_steps)
 
     def run_prefill():
@@ -82,10 +97,11 @@ def prefill_vs_decode(model, prompt: int = 256, batch: int = 8, decode_steps: in
             decode_one_token(model, cache, ids[:, prompt + t:prompt + t + 1])
 
     run_prefill()
-    stats = interleaved({"prefill": run_prefill, "decode": run_decode}, rounds=rounds, warmup=1, max_seconds=20).stats
-    params, itemsize = param_count(model), 4
+    stats = interleaved({"prefill": run_prefill, "decode": run_decode}, rounds=rounds, warmup=1, device=model.device,
+                        max_seconds=20).stats
+    params, itemsize = param_count(model), torch.empty((), dtype=model.dtype).element_size()
     weight_bytes = params * itemsize
-    kv_token = kv_bytes_per_token(model)
+    kv_token = kv_bytes_per_token(model, model.dtype)
     flops_prefill = 2 * params * batch * prompt
     flops_decode_pass = 2 * params * batch
     bytes_prefill = weight_bytes + kv_token * batch * prompt                 # weights once, K/V written once

@@ -17,6 +17,7 @@ from typing import Hashable, Sequence
 import torch
 
 from ailab.generation.decoder import masked_attention
+from ailab.generation.kv_cache import model_placement
 
 
 class OutOfBlocks(RuntimeError):
@@ -96,8 +97,10 @@ class PagedKVCache:
         self.allocator = allocator
 
     @classmethod
-    def for_model(cls, model, num_blocks: int, block_size: int = 16, dtype: torch.dtype = torch.float32,
-                  device: str | torch.device = "cpu") -> "PagedKVCache":
+    def for_model(cls, model, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None,
+                  device: str | torch.device | None = None) -> "PagedKVCache":
+        """A pool of `num_blocks` blocks shaped for `model`; its dtype and device are the model's unless given."""
+        dtype, device = model_placement(model, dtype, device)
         return cls(model.n_layer, model.n_head, model.head_dim, BlockAllocator(num_blocks, block_size), dtype, device)
 
     @property

@@ -52,8 +52,8 @@ class Request:
 
     def sample(self, logits: torch.Tensor) -> int:
         """The next token from this request's (1, vocab) logits, with its own sampling settings and seed."""
-        if self.temperature > 0 and self.generator is None:
-            self.generator = torch.Generator().manual_seed(self.seed if self.seed is not None else self.id)
+        if self.temperature > 0 and self.generator is None:       # on the logits' device: CUDA samples there
+            self.generator = torch.Generator(logits.device).manual_seed(self.seed if self.seed is not None else self.id)
         return int(next_token(logits, self.temperature, self.generator, self.top_p)[0, 0])
 
     @property

@@ -21,13 +21,15 @@ from ailab.generation.scheduler import Request, Scheduler
 
 
 def arrival_trace(n: int = 24, rate_rps: float = 4.0, prompt_bytes: tuple[int, int] = (8, 96),
-                  output_tokens: tuple[int, int] = (4, 96), seed: int = 0) -> list[Request]:
-    """`n` requests: prompts cut from the test snippets (lengths uniform in prompt_bytes), outputs of
-    log-uniform length in output_tokens (many short, a few long), Poisson arrivals at `rate_rps`."""
-    from ailab.generation.train import corpus
-
+                  output_tokens: tuple[int, int] = (4, 96), seed: int = 0, text: torch.Tensor | None = None
+                  ) -> list[Request]:
+    """`n` requests: prompts cut from `text` (default: the test snippets; lengths uniform in prompt_bytes),
+    outputs of log-uniform length in output_tokens (many short, a few long), Poisson arrivals at `rate_rps`."""
     rng = np.random.default_rng(seed)
-    text = corpus("test")
+    if text is None:
+        from ailab.generation.train import corpus
+
+        text = corpus("test")
     arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n))
     out = []
     for i in range(n):
@@ -103,8 +105,9 @@ def run_hf_padded(hf_model, trace: Sequence[Request], batch_size: int = 8, pad_i
         for r in batch:
             pending.remove(r)
         width = max(len(r.prompt) for r in batch)
-        ids = torch.tensor([[pad_id] * (width - len(r.prompt)) + r.prompt for r in batch])         # (B, width)
-        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in batch])
+        ids = torch.tensor([[pad_id] * (width - len(r.prompt)) + r.prompt for r in batch], device=hf_model.device)
+        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in batch], device=ids.device)
+        # ids and mask: (B, width), on the model's device
         out = hf_model.generate(ids, attention_mask=mask, max_new_tokens=max(r.max_new_tokens for r in batch),
                                 do_sample=False, pad_token_id=pad_id)[:, width:]
         done = time.perf_counter() - t0
