@@ -354,6 +354,7 @@ def test_bench_generation_quick_has_every_figure():
     from ailab.suites import generation as suite
 
     out = suite.run(quick=True)
+    assert out["device"] == ("cuda" if torch.cuda.is_available() else "cpu"), "the model runs where the roofline is measured"
     assert out["cache_bytes"]["error_frac"] < 0.02
     assert [r["context"] for r in out["cache_vs_recompute"]] == [16, 128]
     pd = out["prefill_vs_decode"]

@@ -24,7 +24,7 @@ def parse_args(argv):
 
 def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     from ailab import roofline
-    from ailab.device import describe_hardware
+    from ailab.device import describe_hardware, pick_device
     from ailab.generation import Decoder
     from ailab.generation.measure import cache_bytes_per_token, cache_vs_recompute, paged_waste, prefill_vs_decode, \
         request_mix
@@ -34,8 +34,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
 
     args = parse_args(argv)
     t0 = time.perf_counter()
-    model = Decoder(tiny_gpt(args.size))
-    out: dict = {"hardware": describe_hardware().one_line(), "model": f"tiny_gpt({args.size!r})",
+    dev = pick_device()          # the roofline below measures this device too: the model must run there
+    model = Decoder(tiny_gpt(args.size).to(dev))
+    out: dict = {"device": dev.type, "hardware": describe_hardware().one_line(), "model": f"tiny_gpt({args.size!r})",
                  "parameters": sum(p.numel() for p in model.hf.parameters())}
     out["cache_bytes"] = cache_bytes_per_token(model)
     out["cache_vs_recompute"] = cache_vs_recompute(model, (16, 128) if quick else (16, 64, 128, 256, 448),
