@@ -171,7 +171,11 @@ def test_ailab_serve_generate_flags_are_checked_before_anything_loads(tmp_path, 
         engine("--generate", "1m", "--generate-weights", str(path), "--generate-sha256", "0" * 64)
     served = engine("--generate", "1m", "--generate-weights", str(path), "--generate-sha256", sha)
     try:
-        assert torch.equal(served.model.hf.transformer.wte.weight, tiny_gpt("1m", seed=3).transformer.wte.weight)
+        assert torch.equal(served.model.hf.transformer.wte.weight.cpu(), tiny_gpt("1m", seed=3).transformer.wte.weight)
+        # on the device the classifiers get (pick_device), with its KV block pool beside it
+        from ailab.device import pick_device
+
+        assert served.model.device.type == pick_device().type and served.cache.k.device == served.model.device
     finally:
         served.close()
     assert serve_main(["--quiet", "--generate", "2m"]) == 2

@@ -209,6 +209,7 @@ def generation_engine(args):
         if args.generate_weights or args.generate_sha256:
             raise ValueError("--generate-weights and --generate-sha256 need --generate SIZE (the model's size)")
         return None
+    from ailab.device import pick_device
     from ailab.generation import Decoder
     from ailab.generation.train import load_lm
     from ailab.models import tiny_gpt
@@ -219,7 +220,8 @@ def generation_engine(args):
                          "file is never loaded")
     hf = load_lm(args.generate_weights, args.generate_sha256, args.generate) if args.generate_weights \
         else tiny_gpt(args.generate)
-    return GenerationEngine(Decoder(hf))
+    # Where the classifiers run (predictors.py picks the same device); the KV block pool follows the model.
+    return GenerationEngine(Decoder(hf.to(pick_device())))
 
 
 def _serve_with_ray(args, models, default, config) -> int:
