@@ -5,14 +5,14 @@ kept by hand, so the map and the book cannot disagree.
 """
 from __future__ import annotations
 
+import functools
+import re
 import shutil
 from pathlib import Path
 
 import yaml
 
-# Topic IDs of seeds-topics.md: the curriculum must make each of them runnable.
-TOPICS = ([f"H{i}" for i in range(1, 7)] + [f"E{i}" for i in range(1, 9)]
-          + [f"S{i}" for i in range(1, 12)] + [f"A{i}" for i in range(1, 8)])
+ROOT_BOOK = Path(__file__).resolve().parent.parent / "book.yml"
 CONTENT_DIRS = ("notebooks", "labs", "solutions")
 REQUIRED = {"id": str, "title": str, "notebook": str, "goals": list, "minutes": int, "gpu": bool, "topics": list}
 
@@ -32,6 +32,42 @@ def load_book(path: str | Path = "book.yml") -> dict:
     if not isinstance(book, dict) or not isinstance(book.get("parts"), list):
         raise BookError(f"{path} must be a mapping with a 'parts' list")
     return book
+
+
+def topics(book: dict) -> dict[str, str]:
+    """The course's topics, ID -> one line, as book.yml defines them (its top-level `topics`)."""
+    found = book.get("topics")
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+@functools.cache
+def _course_topics() -> tuple[str, ...]:
+    return tuple(topics(load_book(ROOT_BOOK)))
+
+
+def __getattr__(name: str):
+    if name == "TOPICS":          # the topic IDs of the course's own book.yml, read when first asked for
+        return list(_course_topics())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_TOPIC_ID = r"[A-Z][0-9]+"
+# "topic H3", "(topics H3, S2)", "topics S3-S11", "topics E1 and E2": the IDs a text cites.
+CITATION = re.compile(rf"\btopics?:?\s+((?:{_TOPIC_ID})(?:\s*(?:,|-|–|and)\s*{_TOPIC_ID})*)")
+
+
+def cited_topics(text: str) -> set[str]:
+    """Every topic ID that `text` cites after the word "topic(s)", ranges (S3-S11) spelled out."""
+    found = set()
+    for m in CITATION.finditer(text):
+        ids = re.findall(rf"{_TOPIC_ID}|[-–]", m.group(1))
+        for i, tok in enumerate(ids):
+            if tok in "-–" and 0 < i < len(ids) - 1 and ids[i - 1][0] == ids[i + 1][0]:
+                first, last = int(ids[i - 1][1:]), int(ids[i + 1][1:])
+                found |= {f"{ids[i - 1][0]}{n}" for n in range(first, last + 1)}
+            elif tok not in "-–":
+                found.add(tok)
+    return found
 
 
 def chapters(book: dict):
@@ -55,6 +91,12 @@ def ungraded_chapters(book: dict) -> list[str]:
 def validate(book: dict, root: str | Path = ".") -> list[str]:
     """Every problem with the map, as sentences. An empty list means the map and the disk agree."""
     root, problems, seen = Path(root), [], set()
+    defined = topics(book)
+    if not defined:
+        problems.append("book.yml has no 'topics' list (ID: one line each) for the chapters' topics to name")
+    for tid, line in defined.items():
+        if not re.fullmatch(_TOPIC_ID, tid) or not line.strip() or "\n" in line.strip():
+            problems.append(f"topic {tid!r}: an ID is a capital letter and a number, and its description one line")
     for part, ch in chapters(book):
         where = f"chapter {ch.get('id', '?')!r} in part {part.get('id', '?')!r}"
         for key, kind in REQUIRED.items():
@@ -70,8 +112,8 @@ def validate(book: dict, root: str | Path = ".") -> list[str]:
         if isinstance(ch.get("goals"), list) and not 1 <= len(ch["goals"]) <= 3:
             problems.append(f"{where}: give 1-3 learning goals (got {len(ch['goals'])})")
         for topic in ch.get("topics") or []:
-            if topic not in TOPICS:
-                problems.append(f"{where}: unknown topic {topic!r}; topic IDs are those of seeds-topics.md")
+            if topic not in defined:
+                problems.append(f"{where}: unknown topic {topic!r}; book.yml's 'topics' defines the IDs")
         for key in PATH_KEYS:
             if ch.get(key) and not (root / ch[key]).is_file():
                 problems.append(f"{where}: {key} {ch[key]} does not exist")
@@ -104,12 +146,13 @@ SUPPORT_FILES = ("book.yml", "README.md", "pyproject.toml", "environment.yml", "
 LAB_PATTERNS = ["labs/*/*"]   # myst-nb matches from the right: labs/<part>/<lab>.ipynb, shown as stubs, never run
 
 
-def chapter_header(ch: dict) -> str:
+def chapter_header(ch: dict, names: dict[str, str] | None = None) -> str:
     """The markdown that opens a chapter's page, generated from its book.yml entry (never typed by hand)."""
     lines = [f"**{ch['minutes']} minutes** · " + ("needs a GPU for its main point (runs on CPU too)" if ch["gpu"]
                                                   else "runs on a CPU"),
              "", "**You will**", ""] + [f"- {g}" for g in ch["goals"]] + [""]
-    lines.append("**Topics:** " + ", ".join(ch["topics"]))
+    names = names or {}
+    lines.append("**Topics:** " + "; ".join(f"{t} ({names[t]})" if t in names else t for t in ch["topics"]))
     tasks = [(kind, ch[key]) for kind, key in (("Lab", "lab"), ("Exercise", "exercise")) if ch.get(key)]
     if tasks:
         lines += [""] + [f"**{kind}:** [{Path(p).stem}](../../{p}) (checked automatically: "
@@ -156,7 +199,7 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
                     target = src / ch[key]
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if key == "notebook":
-                        _with_header(root / ch[key], target, chapter_header(ch))
+                        _with_header(root / ch[key], target, chapter_header(ch, topics(book)))
                     else:
                         shutil.copy2(root / ch[key], target)
                     entries.append({"file": str(Path(ch[key]).with_suffix("").as_posix())})

@@ -22,6 +22,38 @@ def test_every_chapter_declares_goals_minutes_gpu_topics():
         assert ch["topics"] and set(ch["topics"]) <= set(bk.TOPICS)
 
 
+def test_the_topics_are_defined_one_line_each():
+    defined = bk.topics(bk.load_book(ROOT / "book.yml"))
+    assert len(defined) == 32 and list(defined) == bk.TOPICS
+    assert all(line.strip() and "\n" not in line and len(line) < 120 for line in defined.values())
+
+
+def _texts():
+    """Every file of the course whose words a reader sees: modules, notebooks, labs' sources, docs, the map."""
+    for pattern in ("ailab/**/*.py", "notebooks/**/*.ipynb", "solutions/**/*.ipynb", "tests/*.py", "scripts/*",
+                    "*.md", "book.yml", "monitoring/*"):
+        for path in sorted(ROOT.glob(pattern)):
+            if path.is_file() and path.name != "test_book.py":
+                yield path, path.read_text(encoding="utf-8", errors="replace")
+
+
+def test_every_topic_cited_is_defined():
+    defined, cited = set(bk.TOPICS), {}
+    for path, text in _texts():
+        for tid in bk.cited_topics(text):
+            cited.setdefault(tid, []).append(path.relative_to(ROOT).as_posix())
+    undefined = {tid: where for tid, where in cited.items() if tid not in defined}
+    assert not undefined, f"topic IDs cited but not defined in book.yml's 'topics': {undefined}"
+    assert len(cited) >= 25, f"the citations were not found (only {sorted(cited)}): has the way they are written changed?"
+
+
+def test_citations_are_read_with_their_ranges():
+    assert bk.cited_topics("(topics S3-S11)") == {f"S{i}" for i in range(3, 12)}
+    assert bk.cited_topics("a module (topic H1: where the bytes go), another (topics E1, E2 and A7)") == \
+        {"H1", "E1", "E2", "A7"}
+    assert bk.cited_topics("topics: [H3, S2]") == set() and bk.cited_topics("topic Z9") == {"Z9"}
+
+
 def _copy_course(tmp_path, book_text):
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "notebooks" / "a.ipynb").write_text("{}")
@@ -51,6 +83,11 @@ def test_bad_fields_and_topics_are_named(tmp_path):
     problems = bk.validate(bk.load_book(_copy_course(tmp_path, text) / "book.yml"), tmp_path)
     assert any("'minutes' must be a int" in p for p in problems)
     assert any("unknown topic 'Z9'" in p for p in problems)
+    assert any("no 'topics' list" in p for p in problems)
+    text = CHAPTER.replace("NB", "notebooks/a.ipynb") + "topics: {H1: 'where memory goes', h2: ''}\n"
+    (tmp_path / "b").mkdir()
+    problems = bk.validate(bk.load_book(_copy_course(tmp_path / "b", text) / "book.yml"), tmp_path / "b")
+    assert not any("unknown topic" in p for p in problems) and any("topic 'h2'" in p for p in problems)
 
 
 def test_unreadable_book_is_a_clear_error(tmp_path):

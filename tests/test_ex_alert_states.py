@@ -1,5 +1,16 @@
 """The alert-states exercise's checks pass the right answer and reject plausible wrong ones.
 
+alert_states(series, threshold, for_s) -> list[str]
+| question | what the checks try |
+|---|---|
+| which input varies each field | threshold alone (200, 0.01, negative), for_s alone (0, exact, longer than the series), the series alone (spacing, resets, NaN, inf) |
+| boundaries | an empty series; a value equal to the threshold; ts - start == for_s; for_s = 0; a series of NaN only; +inf and -inf values |
+| a shape the notes never show | uneven spacing; timestamps near 1.7e9 (float precision); 200 random series against the course's evaluator |
+| order or ties | the order of samples is the clock: one sample that does not hold resets it, the next holding sample restarts it |
+| errors: type and message | - (nothing to refuse); exactly the three state names, one per sample |
+| policy: which item | which sample starts the clock (the first holding one after a reset), not the series' start or the previous sample |
+
+
 Each wrong answer is one class of mistake (counting samples instead of seconds, no reset, `>=` at the
 threshold or `>` at for_s, NaN treated as holding or skipped, a latched alert, a constant threshold, the clock
 started at the wrong sample); each is rejected with the message that names it.
@@ -232,3 +243,13 @@ def alert_states_alt(series, threshold, for_s):
 def test_other_right_answer_passes():
     for chk in CHECKS:
         chk(alert_states_alt)
+
+
+def non_finite_is_no_data(series, threshold, for_s):
+    """Reads 'NaN is no data' as 'anything not finite is no data': +inf, a latency that never ended, stops holding."""
+    return alert_states([(t, v if math.isfinite(v) else float("nan")) for t, v in series], threshold, for_s)
+
+
+def test_infinity_is_data():
+    with pytest.raises(LabCheckFailed, match=r"a latency of \+inf.*should be 'pending', got 'inactive'.*\+inf is data"):
+        L.check_reset_and_nan(non_finite_is_no_data)

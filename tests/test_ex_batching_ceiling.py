@@ -1,5 +1,15 @@
 """The batching-ceiling exercise's checks pass the right answer and reject plausible wrong ones.
 
+batching_ceiling(batch_ms) -> {"per_item_ms", "ceiling", "best_batch"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | per_item_ms by sizes alone (1, 3, 8, 32, 48, 128), best_batch and ceiling by the times alone (monotone, non-monotone, flat) |
+| boundaries | batch 1 alone (ceiling 1.0); batching that never helps (ceiling 1.0, not below); no batch 1; an empty dict |
+| a type the notes never show | sizes and times straight from numpy arrays (np.int64 keys, np.float64 values) |
+| order or ties | keys out of order (batch 1 not first); a tie at the best per-item time with the larger batch listed first; a tie with batch 1 |
+| errors: type and message | ValueError (not KeyError, not a ceiling from another size) that names batch 1 |
+| policy: which item | which batch is best: the lowest per-item time, the smaller on a tie, not the largest |
+
 Each wrong answer is one class of mistake (the largest batch taken as the best, batch times compared instead of
 per-item times, throughput for per-item time, the larger batch on a tie, the first key as the baseline, a
 ceiling below 1, a KeyError for a missing batch 1, a ceiling taken from another size, ...).
@@ -151,7 +161,7 @@ def test_right_answers_pass():
     (E.check_ceiling_and_best, first_key_baseline, "the baseline is batch 1"),
     (E.check_ceiling_and_best, inverted, "ceiling should be 10 / 3"),
     (E.check_needs_batch_1, key_error, "raise ValueError saying so; your code raised KeyError"),
-    (E.check_needs_batch_1, smallest_as_baseline, "has no batch 1, but batching_ceiling returned"),
+    (E.check_needs_batch_1, smallest_as_baseline, "has no batch 1: .*raise ValueError saying so; it returned"),
 ])
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
@@ -162,3 +172,23 @@ def test_wrong_answers_fail(chk, wrong, message):
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def python_ints_only(batch_ms):
+    """Validates sizes with isinstance(b, int): numpy's np.int64 keys are refused."""
+    for b in batch_ms:
+        if not isinstance(b, int):
+            raise TypeError(f"batch sizes must be ints; got {b!r}")
+    return batching_ceiling(batch_ms)
+
+
+def ceiling_in_percent(batch_ms):
+    out = batching_ceiling(batch_ms)
+    return {**out, "ceiling": 100 * (out["ceiling"] - 1)}
+
+
+def test_numpy_sizes_and_a_ceiling_in_percent():
+    with pytest.raises(LabCheckFailed, match=r"from numpy arrays.*your code raised TypeError|numbers like any other"):
+        E.check_per_item(python_ints_only)
+    with pytest.raises(LabCheckFailed, match=r"ceiling should be 10 / 3 = 3.33"):
+        E.check_ceiling_and_best(ceiling_in_percent)

@@ -1,5 +1,26 @@
 """The length-bucketing exercise's checks pass the right answer and reject plausible wrong ones.
 
+bucket_batches(lengths, width, max_batch) -> list[list[int]]
+| question | what the checks try |
+|---|---|
+| which input varies each field | lengths alone (mixed, equal, alternating), width alone (1, 5, wider than every length), max_batch alone (1, 2, 3, more than queued) |
+| boundaries | length == width (shares a bucket with 1) and width + 1 (does not); empty input; a single request; max_batch 1 |
+| a shape or type the notes never show | lengths as a tuple and as a numpy array |
+| order or ties | arrival order inside a batch; the oldest waiting request leads the next batch, whatever its bucket; equal lengths |
+| errors: type and message | - (nothing to refuse); every index exactly once, as ints; the lengths left as they were |
+| policy: which item | which requests join a batch: the leader's bucket, in arrival order, at most max_batch; random workloads against the oracle |
+
+padding_waste(batches, lengths) -> float
+| question | what the checks try |
+|---|---|
+| which input varies each field | the batches alone (each padded to its own longest) on fixed lengths |
+| boundaries | equal lengths (exactly 0); a single batch; no batches (0.0, not an error); an index in no batch |
+| a shape the notes never show | batches of different sizes pooled together |
+| order or ties | - |
+| errors: type and message | - ; a share in [0, 1), not a percentage or an efficiency |
+| policy: which item | - |
+
+
 Each wrong answer is one class of mistake (floor instead of ceil, a bucket's batches before the leader's,
 a constant instead of the argument, padding to the global longest, a mean of per-batch shares, ...).
 """

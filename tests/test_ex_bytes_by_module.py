@@ -1,5 +1,16 @@
 """The bytes-by-module exercise's checks pass the right answer and reject plausible wrong ones.
 
+bytes_by_module(model, depth=1) -> dict[str, int]
+| question | what the checks try |
+|---|---|
+| which input varies each field | each group changed alone: its dtype (fp32, fp16, bf16, fp64, int64, bool, int8, uint8, int32, complex64), its buffers, its nesting |
+| boundaries | a model with no tensors ({}); a model with no children (one group, ''); depth 1 to 4, deeper than some modules; non-persistent buffers |
+| a shape or type the notes never show | dtypes no note lists (bool, int8, uint8, int32, complex64); the whole model cast to bf16 while int buffers stay int64 |
+| order or ties | tied weights and a module registered twice: counted once, under the first name listed |
+| errors: type and message | - ; values are ints and add up to torch's own count |
+| policy: which item | which group owns a shared tensor: the first name the model lists it under |
+
+
 Each wrong answer is one class of mistake (the state_dict, which lists a tied tensor twice and leaves out
 non-persistent buffers; parameters without buffers; a constant 4 bytes per element; elements instead of bytes;
 duplicates kept; per-child sums that double-count shared modules and miss the model's own tensors; groups from
@@ -154,3 +165,27 @@ def test_a_bare_linear_is_one_group():
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+SIZES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.float64: 8, torch.int64: 8}
+
+
+def dtype_table(model, depth=1):
+    """Element sizes from a table of the dtypes the notes show; anything else counts 4 bytes."""
+    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth,
+                 size=lambda t: t.numel() * SIZES.get(t.dtype, 4))
+
+
+def bits_over_eight(model, depth=1):
+    """Element size as the dtype's bits / 8 from torch.finfo: integer and bool tensors raise."""
+    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth,
+                 size=lambda t: t.numel() * torch.finfo(t.dtype).bits // 8)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (dtype_table, r"bool mask.*group 'mask' should hold 100 bytes; got 400.*element_size"),
+    (bits_over_eight, r"your code raised TypeError"),
+])
+def test_dtypes_nobody_listed(wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        L.check_bytes_and_buffers(wrong)

@@ -1,5 +1,16 @@
 """The compare-outputs exercise's checks pass the right answer and reject plausible wrong ones.
 
+compare_outputs(reference, candidate) -> {"max_abs", "mean_abs", "min_row_cosine", "argmax_agreement"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | one row changed at a time: a negative difference (max_abs), cancelling signs (mean_abs), a row times 2 and an opposite row (cosine), a flipped argmax (agreement) |
+| boundaries | identical arrays (0, 1.0); a single row; fp16 extremes (65504, no error); a difference that overflows fp16 (120000) |
+| a shape or type the notes never show | N != C (per-column shows); fp16, fp32 and fp64 mixed; (N, 1), (1, C) and transposed shapes |
+| order or ties | the minimum over rows, not the mean or one flattened cosine |
+| errors: type and message | ValueError (not AssertionError, not a number) naming both shapes, or naming which array holds NaN / +-inf; inputs left as they were |
+| policy: which item | - |
+
+
 Each wrong answer is one class of mistake (arithmetic in the inputs' dtype, signed differences, a cosine of
 the flattened arrays, per column or averaged or made absolute, a count for a fraction, argmax over the wrong
 axis, no shape check, NaN skipped or passed through, the wrong error type, numpy scalars returned, ...).

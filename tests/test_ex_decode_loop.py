@@ -1,5 +1,16 @@
 """The decode-loop exercise's checks pass the right answer and reject plausible wrong ones.
 
+greedy_decode(model, prompt_ids, max_new_tokens) -> LongTensor (B, max_new_tokens)
+| question | what the checks try |
+|---|---|
+| which input varies each field | batch (1, 2, 3), prompt length (1, 5, 7, 12, 20, 40), max_new_tokens (1, 4 to 10), each against the cache-free oracle |
+| boundaries | max_new_tokens = 1 (a prefill, no decode step); a one-token prompt; a cache with no room beyond the prompt |
+| a shape or type the notes never show | several rows at once (the argmax per row, not over the batch); an integer dtype out |
+| order or ties | the order of the work: the prompt once, then one token per step, never the prefix again |
+| errors: type and message | a learner call that raises names the prompt's shape; the prompt tensor left as it was |
+| policy: which item | which token is fed back: the one just chosen, not the prompt's last |
+
+
 Each wrong answer is one class of mistake: the prompt returned with the new tokens, one token too few, a decode
 step too many, recomputing the prefix, prefilling again at every step, the wrong token fed back, the argmax over
 the wrong axis, only the first row, sampling instead of argmax, a list or floats returned, the prompt changed.
@@ -12,9 +23,9 @@ from ailab.labs import LabCheckFailed
 from ailab.labs import ex_decode_loop as L
 
 
-def right(model, prompt_ids, max_new_tokens):
+def right(model, prompt_ids, max_new_tokens, room_for_new=True):
     batch, length = prompt_ids.shape
-    cache = KVCache.for_model(model, batch, length + max_new_tokens)
+    cache = KVCache.for_model(model, batch, length + max_new_tokens * room_for_new)
     token = prefill(model, cache, prompt_ids).argmax(-1, keepdim=True)
     out = [token]
     for _ in range(max_new_tokens - 1):
@@ -146,3 +157,14 @@ def test_right_answers_pass(fn):
 def test_wrong_answers_fail_with_a_message_that_names_the_mistake(fn, check, match):
     with pytest.raises(LabCheckFailed, match=match):
         check(fn)
+
+
+def cache_for_the_prompt_only(model, prompt_ids, max_new_tokens):
+    """Sizes the cache for the prompt: the first decode step has no slot to write."""
+    return right(model, prompt_ids, max_new_tokens, room_for_new=False)
+
+
+def test_a_cache_without_room_for_the_new_tokens():
+    with pytest.raises(LabCheckFailed, match=r"a prompt of shape \(1, 12\) and max_new_tokens=10: your code raised "
+                                             r"ValueError: the cache holds 12 tokens"):
+        L.check_tokens(cache_for_the_prompt_only)

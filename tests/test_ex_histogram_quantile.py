@@ -1,5 +1,16 @@
 """The histogram_quantile exercise's checks pass the right answer and reject plausible wrong ones.
 
+histogram_quantile(q, buckets) -> float
+| question | what the checks try |
+|---|---|
+| which input varies each field | q alone on one histogram (0.1 to 1.0), the buckets alone (order, empties, float counts, one finite bucket) |
+| boundaries | a rank equal to a cumulative count; q = 1; an empty lowest bucket; a rank inside the bucket after an empty one; a rank in +Inf after empty finite buckets; no observations ({} and all zeros) |
+| a type the notes never show | float counts (from rates); numpy bounds and counts |
+| order or ties | bounds given out of order; tied cumulative counts (empty buckets) out of order, so a sort by count shows |
+| errors: type and message | NaN (not 0, not an exception) when there is nothing to measure; the buckets left as they were; no hand-off to ailab's own |
+| policy: which item | which bucket holds the rank: the first whose count reaches it |
+
+
 Each wrong answer is one class of mistake (counts taken as per-bucket, bounds in dict order, the first bucket
 that passes the rank instead of reaching it, the lowest bucket starting at its own bound, no interpolation,
 +Inf returned, 0 for no data, a constant q, calling ailab's own function, ...).
@@ -194,7 +205,7 @@ def test_right_answers_pass():
     (L.check_interpolation, ailab_hq, "write it yourself"),
     (L.check_boundaries, passes_rank, r"rank 5 is reached at the 1.0 bucket already.*got 2.0"),
     (L.check_boundaries, lowest_from_its_bound, r"rank 5 in \(0.005, 0.01\]|the lowest bucket starts at 0"),
-    (L.check_inf_and_empty, returns_inf, r"q=0.95.*highest finite bound, 1.0; got inf"),
+    (L.check_inf_and_empty, returns_inf, r"highest finite bound, 1.0.*got inf"),
     (L.check_inf_and_empty, zero_when_empty, r"an empty histogram \{\}.*never 0.*got 0.0"),
     (L.check_inf_and_empty, crashes_when_empty, r"an empty histogram \{\}, q=0.99: your code raised IndexError"),
     (L.check_against_numpy, per_bucket_counts, "within two bucket widths of numpy's percentile"),
@@ -215,3 +226,56 @@ def test_rank_convention_is_named():
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def _walk(items, q):
+    total = max(c for _, c in items) if items else 0
+    if total <= 0:
+        return math.nan
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in items:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return bound if count == below else lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return lower
+
+
+def sorted_by_count(q, buckets):
+    """Sorts the buckets by cumulative count: the same order as by bound, until an empty bucket ties two counts."""
+    return _walk(sorted(buckets.items(), key=lambda kv: kv[1]), q)
+
+
+def lower_bound_of_last_nonempty(q, buckets):
+    """Takes a bucket's lower bound from the last bucket that gained observations, skipping empty ones."""
+    items = sorted(buckets.items())
+    total = items[-1][1] if items else 0
+    if total <= 0:
+        return math.nan
+    rank, lower, below, last_gain = q * total, 0.0, 0.0, 0.0
+    for bound, count in items:
+        if count >= rank:
+            if math.isinf(bound):
+                return last_gain
+            return bound if count == below else last_gain + (bound - last_gain) * (rank - below) / (count - below)
+        if count > below:
+            last_gain = bound
+        lower, below = bound, count
+    return lower
+
+
+def lowest_nonempty_starts_at_zero(q, buckets):
+    """Starts the first bucket with observations at 0, as if the empty ones below it were not there."""
+    return _walk([(b, c) for b, c in sorted(buckets.items()) if c > 0 or math.isinf(b)], q)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_boundaries, sorted_by_count, r"two bounds share a count.*sort the bounds themselves"),
+    (L.check_boundaries, lower_bound_of_last_nonempty, r"q=0.7: rank 7 falls in \(2.0, 3.0\].*got 1.8"),
+    (L.check_inf_and_empty, lower_bound_of_last_nonempty, r"highest finite bound, 1.0 \(not 0.1"),
+    (L.check_boundaries, lowest_nonempty_starts_at_zero, r"the \(0, 0.1\] bucket is empty.*got 0.1 "),
+])
+def test_empty_buckets_and_ties_nobody_listed(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

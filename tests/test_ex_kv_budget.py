@@ -1,5 +1,16 @@
 """The KV-budget exercise's checks pass the right answer and reject plausible wrong ones.
 
+max_sequences(budget_bytes, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None) -> int
+| question | what the checks try |
+|---|---|
+| which input varies each field | each argument alone on a fixed budget (layers 1/8, kv_heads 1/8, head_dim 64/96, seq_len 1/100/4800, dtype_bytes 1/2/4); published configs with grouped-query attention |
+| boundaries | exactly n sequences, one byte short, one byte more; exactly one; zero budget; a block longer than the sequence; a length that is a multiple of the block; block_tokens 1, None and left out |
+| a type the notes never show | budgets of 40 GiB against sequences of a few hundred kB (large ints); the answer an int, not a float |
+| order or ties | - |
+| errors: type and message | - (nothing to refuse) |
+| policy: which item | who owns a block: one sequence (20 blocks hold 10 sequences of 20 tokens in blocks of 16, not 16) |
+
+
 Each wrong answer is one class of mistake (K or V forgotten, rounding to the nearest or up instead of down, a
 float, a constant where an argument belongs, blocks rounded down or always one more, blocks pooled across
 sequences, paging ignored, an off-by-one at the exact fit); each is rejected with the message that names it.

@@ -1,5 +1,15 @@
 """The pin-drift exercise's checks pass the right answer and reject plausible wrong ones.
 
+pin_drift(installed, pins) -> list of {"package", "pinned", "installed", "kind"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | a differing version (kind differs, both strings), a missing package (installed None, kind missing), a match (no row), an unpinned install (no row), each alone |
+| boundaries | no pins; nothing installed; a single pin; 1.0 against 1.0.0; a release candidate against its release; a local label (+cpu) |
+| a spelling the notes never show | names in other cases and separators and runs of them, on either side; versions pip accepts but does not write (v1.0, 2.0.0-RC1, 1.0-1, 1.0.alpha1, 02.01), on either side |
+| order or ties | pins given out of order; a written name that sorts differently from its normalised one; pinned versions that sort differently from names |
+| errors: type and message | - (nothing to refuse); the inputs left as they were |
+| policy: which item | which packages get a row: only pinned ones that drifted |
+
 Each wrong answer is one class of mistake (versions compared as text, names compared as written or only
 lower-cased, rows for matches or for unpinned packages, a missing package dropped or reported with a made-up
 version, the wrong sort key, a version string rewritten); each is rejected with the message that names it.
@@ -171,7 +181,7 @@ def test_right_answers_pass(fn):
 
 @pytest.mark.parametrize("chk, wrong, message", [
     (L.check_versions, text_compare, r"pinned '1\.0', installed '1\.0\.0': the same version"),
-    (L.check_versions, digits_compare, r"pinned '2\.0\.1', installed '2\.0rc1': different versions"),
+    (L.check_versions, digits_compare, r"pinned '2\.0\.1', installed '2\.0rc1': different versions|spelled another"),
     (L.check_versions, strip_local_only, r"pinned '1\.0', installed '1\.0\.0'"),
     (L.check_versions, installed_stripped, r"installed '2\.12\.0\+cpu': report both versions exactly as given"),
     (L.check_names, names_as_written, r"are the same packages to pip"),
@@ -200,3 +210,43 @@ def test_wrong_answers_fail(chk, wrong, message):
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def reports_pips_spelling(installed, pins):
+    """Compares right, but writes both versions back in pip's normal form (2.0.0-RC1 -> 2.0.0rc1)."""
+    rows = pin_drift(installed, pins)
+    return [{**r, "pinned": str(Version(r["pinned"])),
+             "installed": None if r["installed"] is None else str(Version(r["installed"]))} for r in rows]
+
+
+def tidies_text(installed, pins):
+    """A hand-made comparison: drops '+local', then trailing '.0's, then compares text."""
+    def tidy(v):
+        v = v.split("+")[0].lower()
+        while v.endswith(".0"):
+            v = v[:-2]
+        return v
+    return _generic(installed, pins, same=lambda a, b: tidy(a) == tidy(b))
+
+
+def parses_after_stripping_v(installed, pins):
+    """Strips a leading 'v' by hand and compares the rest as text after dropping trailing zeros."""
+    def tidy(v):
+        v = v.lstrip("vV").split("+")[0]
+        parts = v.split(".")
+        while len(parts) > 1 and parts[-1] == "0":
+            parts.pop()
+        return ".".join(parts)
+    return _generic(installed, pins, same=lambda a, b: tidy(a) == tidy(b))
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_versions, reports_pips_spelling, r"pinned '2.0', installed '2.0.0-RC1': report both versions exactly as "
+                                              r"given"),
+    (L.check_versions, tidies_text, r"pinned '2.0rc1', installed '2.0.0-RC1': the same version to pip, spelled "
+                                    r"another way"),
+    (L.check_versions, parses_after_stripping_v, r"installed '2.0.0-RC1': the same version to pip, spelled"),
+])
+def test_spellings_pip_accepts_but_does_not_write(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

@@ -1,5 +1,15 @@
 """The recall@k exercise's checks pass the right answer and reject plausible wrong ones.
 
+recall_at_k(approx_ids, exact_ids, k) -> float
+| question | what the checks try |
+|---|---|
+| which input varies each field | approx alone (same ids, reordered, disjoint, partial), exact alone (padded, repeats), k alone (1, 2, 3, 4, 10, the full width) on the same arrays |
+| boundaries | k = 1 and k = width; k 0, -2, width + 1; 0 queries; a row all -1; -1 in column k (cut before dropping); id 0 |
+| a shape or type the notes never show | widths above k and different from each other; int32 beside int64; lists of lists; k as np.int64; 1-D, 3-D and 0-D inputs, one 2-D beside one 3-D |
+| order or ties | the same ids in another order; repeated ids within a row (count once); 200 random cases |
+| errors: type and message | ValueError (not TypeError, IndexError or an answer) whose message names the value at fault |
+| policy: which item | - |
+
 Each wrong answer is one class of mistake (-1 padding counted as a hit or dropped before cutting to k,
 duplicates counted twice, whole rows instead of the top k, positions compared instead of sets, another
 denominator, a constant k, the sum instead of the mean, no error for k beyond the columns, an array instead
@@ -12,9 +22,9 @@ from ailab.labs import LabCheckFailed
 from ailab.labs import ex_recall_at_k as L
 
 
-def _checked(approx_ids, exact_ids, k):
+def _checked(approx_ids, exact_ids, k, not_2d=lambda a: a.ndim != 2):
     approx, exact = np.asarray(approx_ids), np.asarray(exact_ids)
-    if approx.ndim != 2 or exact.ndim != 2:
+    if not_2d(approx) or not_2d(exact):
         raise ValueError(f"approx_ids and exact_ids must be 2-D (queries, ids); got {approx.shape}, {exact.shape}")
     if approx.shape[0] != exact.shape[0] or approx.shape[0] == 0:
         raise ValueError(f"need the same, non-zero number of queries; got {approx.shape[0]} and {exact.shape[0]}")
@@ -162,3 +172,46 @@ def recall_at_k_alt(approx_ids, exact_ids, k):
 def test_other_right_answer_passes():
     for chk in CHECKS:
         chk(recall_at_k_alt)
+
+
+def only_1d_refused(approx_ids, exact_ids, k):
+    """Tests 'not 2-D' as `ndim == 1`: a 3-D array slips through to the set of rows (unhashable lists)."""
+    approx, exact = _checked(approx_ids, exact_ids, k, not_2d=lambda a: a.ndim == 1)
+    hits = [len((set(a[:k].tolist()) & set(e[:k].tolist())) - {-1}) for a, e in zip(approx, exact)]
+    return float(np.mean(hits) / k)
+
+
+def k_must_be_a_python_int(approx_ids, exact_ids, k):
+    if type(k) is not int:
+        raise ValueError(f"k must be an int; got {k!r}")
+    return recall_at_k(approx_ids, exact_ids, k)
+
+
+def says_too_little(approx_ids, exact_ids, k):
+    try:
+        return recall_at_k(approx_ids, exact_ids, k)
+    except ValueError:
+        raise ValueError("invalid input") from None
+
+
+def approx_shape_only(approx_ids, exact_ids, k):
+    """Validates the approximate array and trusts the exact one."""
+    approx, exact = np.asarray(approx_ids), np.asarray(exact_ids)
+    if approx.ndim != 2 or approx.shape[0] == 0 or not 1 <= k <= approx.shape[1]:
+        raise ValueError(f"approx_ids must be 2-D with at least k={k} columns; got {approx.shape}")
+    if approx.shape[0] != exact.shape[0]:
+        raise ValueError(f"need the same number of queries; got {approx.shape[0]} and {exact.shape[0]}")
+    hits = [len((set(a[:k].tolist()) & set(e[:k].tolist())) - {-1}) for a, e in zip(approx, exact)]
+    return float(np.mean(hits) / k)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_errors, only_1d_refused, r"3-D arrays of shape \(2, 3, 4\).*got TypeError"),
+    (L.check_first_k, k_must_be_a_python_int, r"k given as np.int64\(3\).*raised ValueError|your code raised "
+                                              r"ValueError: k must be an int"),
+    (L.check_errors, says_too_little, r"its message 'invalid input' does not say what is wrong"),
+    (L.check_errors, approx_shape_only, r"k=3 but the exact array has only 2 columns: should raise ValueError"),
+])
+def test_shapes_types_and_messages_nobody_listed(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

@@ -1,5 +1,36 @@
 """The reliable-queue exercise's checks pass the right answer and reject plausible wrong ones (real Redis).
 
+claim(r, queue, processing) -> job | None
+| question | what the checks try |
+|---|---|
+| which input varies each field | the queue and processing keys each alone (second queue, second processing list) |
+| boundaries | an empty queue (None within 3 s, not a blocking wait forever); an empty job b''; draining to the last job |
+| a type the notes never show | a job that is not UTF-8; a job returned as str or bytes |
+| order or ties | FIFO against LPUSH order; newest claimed on processing's left |
+| errors: type and message | a worker that dies after any number of its Redis calls loses no job |
+| policy: which item | which job: the oldest, at the queue's right end |
+
+ack(r, processing, job) -> None
+| question | what the checks try |
+|---|---|
+| which input varies each field | the job (bytes, str), the processing key (a second list) |
+| boundaries | a job held twice (one copy removed); a job not held (nothing changes) |
+| a type the notes never show | the job as str where Redis holds bytes |
+| order or ties | the order of the rest kept |
+| errors: type and message | - |
+| policy: which item | which copy: exactly one of the given job, never the oldest or the whole list |
+
+reclaim(r, processing, queue) -> int
+| question | what the checks try |
+|---|---|
+| which input varies each field | processing and queue keys each alone |
+| boundaries | nothing held (0, an int); an empty job in the middle of what was held; a reclaimer that dies part-way |
+| a type the notes never show | an empty job (b'') that a truth-value loop stops at |
+| order or ties | reclaimed jobs claimed next, in their old order, before the still-queued ones |
+| errors: type and message | - |
+| policy: which item | where the jobs go: the queue's consuming end |
+
+
 Each wrong answer is one class of mistake (a pop that loses the job, LIFO, a blocking move that never
 returns, a constant key, a non-atomic pop-then-push, a peek that moves nothing; an ack that removes all
 copies, the oldest job or the whole list; a reclaim that requeues at the back, in reverse, copies instead of
@@ -235,3 +266,31 @@ def test_other_right_answers_pass():
     L.check_claim(claim_script)
     L.check_reclaim(claim_script, reclaim_rpoplpush)
     L.check_crash_safety(claim_script, ack, reclaim_rpoplpush)
+
+
+def claim_or_none(r, queue, processing):
+    """`return job or None`: an empty job is moved to processing and reported as 'queue empty'."""
+    return r.lmove(queue, processing, "RIGHT", "LEFT") or None
+
+
+def claim_decodes(r, queue, processing):
+    """Decodes every job as UTF-8 text: a binary job raises."""
+    job = r.lmove(queue, processing, "RIGHT", "LEFT")
+    return None if job is None else job.decode()
+
+
+def reclaim_while_truthy(r, processing, queue):
+    """Loops `while r.lmove(...)`: an empty job ends the loop early and stays in processing."""
+    n = 0
+    while r.lmove(processing, queue, "LEFT", "RIGHT"):
+        n += 1
+    return n
+
+
+def test_empty_and_binary_jobs():
+    with pytest.raises(LabCheckFailed, match=r"the oldest job is the empty string b''; claim\(\) returned None"):
+        L.check_claim(claim_or_none)
+    with pytest.raises(LabCheckFailed, match=r"your code raised UnicodeDecodeError"):
+        L.check_claim(claim_decodes)
+    with pytest.raises(LabCheckFailed, match=r"an empty job.*reclaim\(\) should move all 3.*`is None`"):
+        L.check_reclaim(claim, reclaim_while_truthy)

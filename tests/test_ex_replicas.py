@@ -1,5 +1,15 @@
 """The replicas exercise's checks pass the right answer and reject plausible wrong ones.
 
+replicas_needed(target_rps, per_replica_rps, headroom=0.3, max_replicas=None) -> int
+| question | what the checks try |
+|---|---|
+| which input varies each field | target (0 to 1e6, fractional), per-replica rate (2.5 to 10,000), headroom (0, 0.1-0.9, default), max_replicas (0, n - 1, n, well above, None) each alone |
+| boundaries | target 0 and 0.001; capacity met exactly (also where float division lands a hair above: 21/10/0.7); a hair more; max_replicas == need and need - 1; max_replicas 0; headroom 0 and 1; NaN and inf in every number |
+| a type the notes never show | np.float64 / np.int64 arguments; the result must be an int, not a float or np.float64 |
+| order or ties | monotone: 13 loads and 7 headrooms in increasing order never need fewer replicas |
+| errors: type and message | ValueError (not ZeroDivisionError, OverflowError, TypeError) naming the argument; beyond the limit, naming how many replicas are needed; a call that never returns fails after 2 s |
+| policy: which item | - |
+
 Each wrong answer is one class of mistake (truncating or rounding instead of rounding up, always adding one,
 float noise adding a replica, zero replicas for no load, headroom ignored or applied the wrong way, a float
 result, a silent clamp at max_replicas, no validation); each is rejected with the message that names it.
@@ -194,9 +204,9 @@ def test_stub_fails(chk):
 
 def replicas_needed_alt(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
     """Also right: count up until the capacity covers the target, with a relative tolerance."""
-    if math.isnan(target_rps) or target_rps < 0:
+    if math.isnan(target_rps) or target_rps < 0 or math.isinf(target_rps):
         raise ValueError(f"target_rps={target_rps} must be >= 0")
-    if math.isnan(per_replica_rps) or per_replica_rps <= 0:
+    if not 0 < per_replica_rps < math.inf:
         raise ValueError(f"per_replica_rps={per_replica_rps} must be > 0")
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom={headroom} must be at least 0 and below 1")
@@ -211,3 +221,65 @@ def replicas_needed_alt(target_rps, per_replica_rps, headroom=0.3, max_replicas=
 def test_other_right_answer_passes():
     for chk in CHECKS:
         chk(replicas_needed_alt)
+
+
+def limit_zero_is_no_limit(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """`if max_replicas and ...`: a limit of 0 is falsy, so it reads as no limit."""
+    n = replicas_needed(target_rps, per_replica_rps, headroom)
+    if max_replicas and n > max_replicas:
+        raise ValueError(f"the target needs {n} replicas but max_replicas={max_replicas}")
+    return n
+
+
+def headroom_range_misses_nan(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Checks headroom with `< 0 or >= 1`, which NaN slips through; ceil(NaN) then raises a message naming nothing."""
+    if not (math.isfinite(target_rps) and target_rps >= 0):
+        raise ValueError("target_rps must be a finite number >= 0")
+    if not (math.isfinite(per_replica_rps) and per_replica_rps > 0):
+        raise ValueError("per_replica_rps must be a finite number > 0")
+    if headroom < 0 or headroom >= 1:
+        raise ValueError("headroom must be in [0, 1)")
+    return _limit(max(1, math.ceil(round(target_rps / (per_replica_rps * (1 - headroom)), 9))), max_replicas)
+
+
+def infinite_target_overflows(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Tests NaN and the sign but not infinity: ceil(inf) raises OverflowError."""
+    if target_rps != target_rps or target_rps < 0:
+        raise ValueError("target_rps must be >= 0")
+    if per_replica_rps != per_replica_rps or per_replica_rps <= 0:
+        raise ValueError("per_replica_rps must be > 0")
+    if not 0 <= headroom < 1:
+        raise ValueError("headroom must be in [0, 1)")
+    return _limit(max(1, math.ceil(round(target_rps / (per_replica_rps * (1 - headroom)), 9))), max_replicas)
+
+
+def infinite_capacity_is_one(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    if not (math.isfinite(target_rps) and target_rps >= 0):
+        raise ValueError("target_rps must be a finite number >= 0")
+    if per_replica_rps != per_replica_rps or per_replica_rps <= 0:
+        raise ValueError("per_replica_rps must be > 0")
+    if not 0 <= headroom < 1:
+        raise ValueError("headroom must be in [0, 1)")
+    return _limit(max(1, math.ceil(round(target_rps / (per_replica_rps * (1 - headroom)), 9))), max_replicas)
+
+
+def python_numbers_only(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Validates by exact type: a rate numpy measured (np.int64) is refused."""
+    for name, value in (("target_rps", target_rps), ("per_replica_rps", per_replica_rps)):
+        if type(value) not in (int, float):
+            raise TypeError(f"{name} must be an int or a float")
+    return replicas_needed(target_rps, per_replica_rps, headroom, max_replicas)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_max_replicas, limit_zero_is_no_limit, r"max_replicas=0\) returned 1.*0 is a limit, not 'no limit'"),
+    (L.check_nonsense, headroom_range_misses_nan, r"replicas_needed\(100, 50, nan\) raised ValueError.*should name "
+                                                  r"'headroom'"),
+    (L.check_nonsense, infinite_target_overflows, r"replicas_needed\(inf, 100\) raised OverflowError.*names "
+                                                  r"'target_rps'"),
+    (L.check_nonsense, infinite_capacity_is_one, r"replicas_needed\(100, inf\) returned 1"),
+    (L.check_max_replicas, python_numbers_only, r"np.int64\(100\).* raised TypeError.*numpy"),
+])
+def test_boundaries_and_types_nobody_listed(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

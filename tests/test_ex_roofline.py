@@ -1,5 +1,25 @@
 """The roofline exercise's checks pass the right answer and reject plausible wrong ones.
 
+attainable_gflops(intensity, peak_gflops, bandwidth_gb_s) -> number or array
+| question | what the checks try |
+|---|---|
+| which input varies each field | intensity alone (0 to 1000), then peak and bandwidth together on three machines (a CPU, a GPU, a laptop) |
+| boundaries | intensity 0; the ridge itself; a hair left of it (3.999); answers that are not whole numbers (68.5, 837.5, 3.125) |
+| a shape or type the notes never show | arrays of 1 and 2 dimensions, of one element, empty, of ints |
+| order or ties | - (element by element) |
+| errors: type and message | a ValueError from Python's min on an array is named with what to use instead; the input array unchanged |
+| policy: which item | - |
+
+bound(flops, bytes_moved, peak_gflops, bandwidth_gb_s) -> "memory" | "compute"
+| question | what the checks try |
+|---|---|
+| which input varies each field | flops and bytes alone (the intensity), peak and bandwidth alone (the same matmul on a CPU and a GPU) |
+| boundaries | exactly at the ridge (compute); 3.99 and 4.01 against 4; 3.5 and 3.2 against 3.25 (a floor division of either side shows) |
+| a type the notes never show | int arguments; raw FLOP and byte counts in the billions against GFLOP/s and GB/s |
+| order or ties | the tie at the ridge |
+| errors: type and message | exactly the two words |
+| policy: which item | - |
+
 Each wrong answer is one class of mistake (max instead of min, one roof only, a unit conversion, Python's min()
 on an array, a list back, a constant peak; the direction reversed, the ridge point counted as memory-bound, an
 integer division, a ridge with GFLOP/s converted but GB/s not, a constant ridge, other words); each is rejected
@@ -164,3 +184,27 @@ def test_an_inverted_intensity_with_an_inverted_ridge_is_right():
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def att_whole_gflops(i, peak, bw):
+    """Rounds the answer to whole GFLOP/s ("nobody needs the decimals")."""
+    return np.rint(np.minimum(peak, bw * np.asarray(i)))
+
+
+def bound_floor_both(flops, nbytes, peak, bw):
+    """Integer arithmetic on both sides: 3.2 and 3.25 both become 3, and 'equal' reads as compute-bound."""
+    return "memory" if flops // nbytes < peak // bw else "compute"
+
+
+def bound_ridge_floored(flops, nbytes, peak, bw):
+    return "memory" if flops / nbytes < peak // bw else "compute"
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_attainable_scalar, att_whole_gflops, r"intensity 1.37 .*attainable is 68.5 GFLOP/s; got 68"),
+    (L.check_bound, bound_floor_both, r"16 FLOP over 5 bytes is 3.2 .*divide with /, not //"),
+    (L.check_bound, bound_ridge_floored, r"16 FLOP over 5 bytes is 3.2 .*memory-bound; got 'compute'"),
+])
+def test_answers_that_are_not_whole_numbers(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

@@ -1,5 +1,15 @@
 """The service-report exercise's checks pass the right answer and reject plausible wrong ones.
 
+service_report(answers, labels) -> {"n", "error_rate", "degraded_rate", "accuracy"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | errors (400, 429, 500, 503, 504), fallbacks ("unknown" and the majority label), ordinary answers right and wrong, each changing one field |
+| boundaries | no requests; everything failed; everything degraded (accuracy NaN); one request; [] against one label, one answer against [] |
+| a shape or type the notes never show | labels as a tuple and as a numpy array; "degraded": False; a fallback whose label is a real one (and right); the model itself answering "unknown" |
+| order or ties | - (shares) |
+| errors: type and message | a length mismatch is a ValueError (not IndexError, not a truncating zip) whose message gives both lengths |
+| policy: which item | which answers are fallbacks: by the "degraded" flag, never by the label |
+
 Each wrong answer is one class of mistake (accuracy over every request, degraded answers scored as wrong,
 only 5xx counted as errors, "degraded": False taken as degraded, 1.0 or a crash with nothing answered, zip
 silently truncating mismatched lengths, rates over the answered requests only, ...).
@@ -27,7 +37,7 @@ def service_report(answers, labels):
 def service_report_alt(answers, labels):
     """Also right: one pass, counters, ints tested as statuses."""
     if len(answers) != len(labels):
-        raise ValueError("lengths differ")
+        raise ValueError(f"lengths differ: answers {len(answers)}, labels {len(labels)}")
     counts = {"error": 0, "degraded": 0, "ok": 0, "right": 0}
     for a, y in zip(answers, labels):
         if isinstance(a, int):
@@ -153,8 +163,8 @@ def test_right_answers_pass():
     (L.check_edges, perfect_when_nothing_answered, r"every request failed.*never 1.0 or 0.0; got 1.0"),
     (L.check_edges, crashes_when_nothing_answered, r"every request failed.*your code raised ZeroDivisionError"),
     (L.check_edges, zero_rates_when_empty, r"no requests: there is no rate of anything"),
-    (L.check_edges, zip_truncates, r"2 answers and 1 labels: the lengths differ.*raise ValueError; it returned"),
-    (L.check_edges, wrong_error_type, r"raised IndexError.*raise ValueError"),
+    (L.check_edges, zip_truncates, r"2 answers and 1 labels: the lengths differ.*raise ValueError.*; it returned"),
+    (L.check_edges, wrong_error_type, r"raise ValueError naming both lengths.*your code raised IndexError"),
 ])
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
@@ -175,3 +185,61 @@ def test_a_missing_field_is_named():
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def _kinds(answers, by_label):
+    """Sorts answers into errors, fallbacks and ordinary ones; `by_label` tells a fallback by its 'unknown' label."""
+    errors = [a for a in answers if not isinstance(a, dict)]
+    if by_label:
+        fallback = [a for a in answers if isinstance(a, dict) and a["label"] == "unknown"]
+    else:
+        fallback = [a for a in answers if isinstance(a, dict) and a.get("degraded")]
+    return errors, fallback
+
+
+def fallback_by_its_label(answers, labels):
+    """Counts an answer as degraded when its label is 'unknown' (the fallback of the chapter), not by its flag."""
+    if len(answers) != len(labels):
+        raise ValueError(f"{len(answers)} answers but {len(labels)} labels")
+    n = len(answers)
+    errors, fallback = _kinds(answers, by_label=True)
+    scored = [a["label"] == y for a, y in zip(answers, labels) if isinstance(a, dict) and a["label"] != "unknown"]
+    return {"n": n, "error_rate": len(errors) / n if n else math.nan,
+            "degraded_rate": len(fallback) / n if n else math.nan,
+            "accuracy": sum(scored) / len(scored) if scored else math.nan}
+
+
+def right_fallbacks_count(answers, labels):
+    """Leaves degraded answers out of the total but counts the ones that happen to be right."""
+    if len(answers) != len(labels):
+        raise ValueError(f"{len(answers)} answers but {len(labels)} labels")
+    out = service_report(answers, labels)
+    ordinary = [(a, y) for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded")]
+    lucky = sum(1 for a, y in zip(answers, labels) if isinstance(a, dict) and a.get("degraded") and a["label"] == y)
+    if ordinary:
+        out["accuracy"] = (sum(a["label"] == y for a, y in ordinary) + lucky) / len(ordinary)
+    return out
+
+
+def empty_first(answers, labels):
+    """Answers 'no requests' before it compares the lengths: [] against one label is not an error to it."""
+    if not answers:
+        return {"n": 0, "error_rate": math.nan, "degraded_rate": math.nan, "accuracy": math.nan}
+    return service_report(answers, labels)
+
+
+def vague_length_error(answers, labels):
+    if len(answers) != len(labels):
+        raise ValueError("answers and labels do not match")
+    return service_report(answers, labels)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_rates, fallback_by_its_label, r"majority label.*degraded_rate is 3/8 = 0.375.*whatever their label"),
+    (L.check_accuracy, right_fallbacks_count, r"majority label.*accuracy over the model's 4 ordinary answers is 2/4"),
+    (L.check_edges, empty_first, r"0 answers and 1 labels: the lengths differ"),
+    (L.check_edges, vague_length_error, r"should give both lengths, 2 and 1"),
+])
+def test_data_that_hid_a_mistake_now_shows_it(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

@@ -1,5 +1,15 @@
 """The stage-shares exercise's checks pass the right answer and reject plausible wrong ones.
 
+stage_report(samples) -> {"p50_ms", "share", "dominant"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | one stage's samples changed at a time (an outlier moves the mean, not the median); stage names no note mentions |
+| boundaries | a single sample; an even count; a single stage (share 1); an empty list, tuple or array of samples; no stage at all |
+| a type the notes never show | samples as a tuple, a float32 numpy array, an empty numpy array |
+| order or ties | unsorted samples; a tie for the largest median (the first in the input's order) |
+| errors: type and message | ValueError (not KeyError, not numpy's "ambiguous truth value", not a skipped or 0 ms stage) naming the empty stage; the samples left unsorted |
+| policy: which item | which stage dominates: the largest median, not the mean or the total |
+
 Each wrong answer is one class of mistake (a mean for a median, the upper middle of an even count, shares of
 the means or of the raw sums, percent for fractions, hard-coded stage names, the smallest stage as dominant,
 the last of a tie, an empty stage skipped or reported as 0, samples sorted in place, ...).
@@ -195,11 +205,11 @@ def test_right_answers_pass():
     (E.check_shares, report_dominant_by_mean, "dominant should be 'forward'"),
     (E.check_shares, report_dominant_last_on_tie, r"first of the tied stages.*got 'c'"),
     (E.check_shares, report_dominant_share_value, "dominant should be 'forward'; got 0.75"),
-    (E.check_errors, report_skips_empty, "has an empty list of samples but stage_report returned"),
-    (E.check_errors, report_zero_for_empty, "has an empty list of samples but stage_report returned"),
+    (E.check_errors, report_skips_empty, r"has an empty list of samples: raise ValueError.*; it returned"),
+    (E.check_errors, report_zero_for_empty, r"has an empty list of samples: raise ValueError.*; it returned"),
     (E.check_errors, report_empty_without_name, "the ValueError should name it"),
-    (E.check_errors, report_key_error, "raise ValueError naming it; your code raised KeyError"),
-    (E.check_errors, report_empty_dict_ok, r"stage_report\(\{\}\) returned"),
+    (E.check_errors, report_key_error, r"raise ValueError naming the stage.*your code raised KeyError"),
+    (E.check_errors, report_empty_dict_ok, r"stage_report\(\{\}\), no stages at all: .*it returned"),
 ])
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
@@ -229,3 +239,18 @@ def test_samples_from_a_fake_classifier():
 
     out = E.samples_from(Clf(), ["a", "b", "c"], batch_size=4, iters=5, warmup=1)
     assert Clf.calls == 6 and out == {"tokenize": [1.0] * 5, "forward": [2.0] * 5, "postprocess": [0.5] * 5}
+
+
+def report_truthiness_check(samples):
+    """Tests `if not values`: fine for lists, numpy's 'truth value is ambiguous' for an array."""
+    if not samples:
+        raise ValueError("no stages")
+    for stage, values in samples.items():
+        if not values:
+            raise ValueError(f"stage {stage!r} has no samples")
+    return stage_report(samples)
+
+
+def test_an_empty_check_that_only_works_for_lists():
+    with pytest.raises(LabCheckFailed, match=r"numpy array.*your code raised ValueError: The truth value"):
+        E.check_medians(report_truthiness_check)

@@ -1,5 +1,15 @@
 """The swap-plan exercise's checks pass the right answer and reject plausible wrong ones.
 
+swap_plan(loaded, swapping, new_bytes, budget) -> list[str]
+| question | what the checks try |
+|---|---|
+| which input varies each field | loaded (order, sizes), swapping (first, middle, last, not loaded), new_bytes (smaller, equal, bigger than old), budget each alone |
+| boundaries | total == budget and one byte under; old + new == budget (fits after evicting all others) and one byte over; nothing loaded; a first load bigger than the whole budget |
+| a shape the notes never show | swapping at the LRU end; GiB sizes; a model list that is only the swapped one |
+| order or ties | LRU order against size order (a big model second); several equal sizes (100, 100, 100) |
+| errors: type and message | SwapRefusedError (not ValueError, not a returned list), also for a first load; its message gives old, new and budget |
+| policy: which item | which models are evicted (least recently used first, never swapping, only as many as needed) and in what order |
+
 Each wrong answer is one class of mistake (the old version not counted, the new one not counted, the swapped
 model evicted, most recently used first, biggest first, an off-by-one at the budget, a refusal returned or of the
 wrong type, a constant budget, the caller's list mutated, a first load that crashes, ...).
@@ -14,7 +24,8 @@ from ailab.server.registry import SwapRefusedError
 def swap_plan(loaded, swapping, new_bytes, budget):
     sizes = dict(loaded)
     if sizes.get(swapping, 0) + new_bytes > budget:
-        raise SwapRefusedError(f"{swapping}: old and new versions exceed {budget} bytes")
+        raise SwapRefusedError(f"{swapping}: old ({sizes.get(swapping, 0)} bytes) and new ({new_bytes} bytes) "
+                               f"versions exceed the budget of {budget} bytes")
     used = sum(sizes.values()) + new_bytes
     evict = []
     for name, n in loaded:
@@ -33,7 +44,8 @@ def swap_plan_alt(loaded, swapping, new_bytes, budget):
     for k in range(len(others) + 1):
         if old + new_bytes + sum(b for _, b in others[k:]) <= budget:
             return [n for n, _ in others[:k]]
-    raise SwapRefusedError("no room even alone")
+    raise SwapRefusedError(f"{old / 2**20:g} MiB old + {new_bytes / 2**20:g} MiB new do not fit in "
+                           f"{budget / 2**20:g} MiB")
 
 
 def forgets_old(loaded, swapping, new_bytes, budget):
@@ -143,9 +155,9 @@ def test_right_answers_pass():
     (L.check_lru, evicts_all_others, r"stop as soon as it fits"),
     (L.check_lru, forgets_old, r"so the plan is \['old', 'big'\]; got \[\]"),
     (L.check_lru, refuses_when_everything_is_over, "swap_plan refused .* refuse only when the old and new versions"),
-    (L.check_refuses, returns_everything_instead_of_refusing, "raise SwapRefusedError; it returned"),
-    (L.check_refuses, raises_value_error, r"raised ValueError.*raise ailab.server.registry.SwapRefusedError"),
-    (L.check_refuses, strict_budget, r"swap_plan refused .*exactly the budget|refuse only when"),
+    (L.check_refuses, returns_everything_instead_of_refusing, "raise ailab.server.registry.SwapRefusedError.*; it returned"),
+    (L.check_refuses, raises_value_error, r"raise ailab.server.registry.SwapRefusedError.*your code raised ValueError"),
+    (L.check_refuses, strict_budget, r"swap_plan refused .*exactly the budget|refuse only when|does not give the budget"),
     (L.check_first_load_and_sizes, first_load_crashes, r"swapping 'c'.*your code raised KeyError"),
     (L.check_first_load_and_sizes, strict_budget, r"29 GiB fits exactly"),
 ])
@@ -158,3 +170,35 @@ def test_wrong_answers_fail(chk, wrong, message):
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def first_load_never_refused(loaded, swapping, new_bytes, budget):
+    """Refuses only a model already loaded: a first load bigger than the budget evicts everything and goes ahead."""
+    if swapping in dict(loaded):
+        return swap_plan(loaded, swapping, new_bytes, budget)
+    return [name for name, _ in loaded]
+
+
+def refusal_without_sizes(loaded, swapping, new_bytes, budget):
+    try:
+        return swap_plan(loaded, swapping, new_bytes, budget)
+    except SwapRefusedError:
+        raise SwapRefusedError("swap refused: not enough memory") from None
+
+
+def refusal_names_the_budget_only(loaded, swapping, new_bytes, budget):
+    try:
+        return swap_plan(loaded, swapping, new_bytes, budget)
+    except SwapRefusedError:
+        raise SwapRefusedError(f"{swapping}: does not fit in {budget} bytes") from None
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (L.check_refuses, first_load_never_refused, r"swapping 'c' to a 900 MiB version.*a first load of 900 MiB is more "
+                                                r"than the whole budget.*it returned \['a', 'b'\]"),
+    (L.check_refuses, refusal_without_sizes, r"does not give the new version and the budget and the old version"),
+    (L.check_refuses, refusal_names_the_budget_only, r"does not give the new version and the old version"),
+])
+def test_boundaries_and_messages_nobody_listed(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

@@ -1,5 +1,15 @@
 """The verify-then-load exercise's checks pass the right answer and reject plausible wrong ones.
 
+verify_then_load(path, expected_sha256) -> state dict
+| question | what the checks try |
+|---|---|
+| which input varies each field | the file (trusted, a payload pickle, missing, 32 MiB of zeros) and the digest (its own, upper case, another, one character off, a prefix, empty) each alone |
+| boundaries | a file larger than the 12 MiB any single read may take (13.3 MiB), a 32 MiB file under a 12 MiB peak; an empty digest; a digest off in its last character |
+| a type the notes never show | the path as a str, also where it is refused or missing |
+| order or ties | the order of hashing and parsing: a payload that records whether it ran |
+| errors: type and message | WeightsIntegrityError (not ValueError, not the parser's UnpicklingError) naming the file and both hashes; a missing file FileNotFoundError or WeightsIntegrityError naming it; the loader's own refusal kept for a matching payload |
+| policy: which item | - |
+
 Each wrong answer is one class of mistake (parse before verifying, with an unsafe or a safe loader; verify
 and then load unsafely; read the whole file; hash only the first chunk; a case-sensitive, prefix or
 substring comparison; an error that names nothing, of the wrong type, or swallowed; bytes returned, ...).
@@ -217,7 +227,7 @@ def test_right_answers_pass(fn):
     (E.check_weights_only, verify_then_unsafe_load, "was loaded and its payload ran"),
     (E.check_weights_only, verify_then_pickle, "was loaded and its payload ran"),
     (E.check_weights_only, wraps_unpickling, "yet verify_then_load raised WeightsIntegrityError"),
-    (E.check_missing_and_large, swallows_missing, "on a missing file returned None"),
+    (E.check_missing_and_large, swallows_missing, "a missing file, its path given as a Path: .*it returned None"),
     (E.check_missing_and_large, whole_file, "took 32 MiB of Python memory at its peak"),
 ])
 def test_wrong_answers_fail(chk, wrong, message):
@@ -240,3 +250,48 @@ def test_the_tripwire_fires_on_an_unsafe_load(tmp_path):
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+def names_the_file_by_path_name(path, expected_sha256):
+    """Builds its message from path.name: a str path turns the refusal into AttributeError."""
+    actual = _digest(path)
+    if actual != expected_sha256.lower():
+        raise WeightsIntegrityError(f"refusing {path.name}: SHA-256 {actual}, expected {expected_sha256}")
+    return torch.load(path, weights_only=True)
+
+
+def one_big_read(path, expected_sha256):
+    """Hashes a single read of 8 MiB: 'in chunks', but only the first one."""
+    with open(path, "rb") as f:
+        actual = hashlib.sha256(f.read(8 * CHUNK)).hexdigest()
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def one_read_of_the_whole_size(path, expected_sha256):
+    """One read as big as the file: right digest, all of it in memory."""
+    with open(path, "rb") as f:
+        actual = hashlib.sha256(f.read(Path(path).stat().st_size)).hexdigest()
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def missing_str_path_crashes(path, expected_sha256):
+    """Checks existence with Path methods on whatever it is given."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    return verify_then_load(path, expected_sha256)
+
+
+@pytest.mark.parametrize("chk, wrong, message", [
+    (E.check_refuses_mismatch, names_the_file_by_path_name, r"its path given as a str.*your code raised "
+                                                            r"AttributeError"),
+    (E.check_loads_trusted_file, one_big_read, r"your code raised WeightsIntegrityError"),
+    (E.check_missing_and_large, one_read_of_the_whole_size, r"took 32 MiB of Python memory"),
+    (E.check_missing_and_large, missing_str_path_crashes, r"a missing file, its path given as a str.*AttributeError"),
+])
+def test_sizes_and_types_nobody_listed(chk, wrong, message):
+    with pytest.raises(LabCheckFailed, match=message):
+        chk(wrong)

@@ -1,5 +1,26 @@
 """Lab accuracy_gate: the checks pass the right answers and fail the stub and plausible wrong ones.
 
+DigitsReader.get_next() -> {"input": float32 (n, features)} | None
+| question | what the checks try |
+|---|---|
+| which input varies each field | batch_size, row count, width and dtype each alone (100 x 64 float64, ints, 1 row, a batch larger than the data) |
+| boundaries | a short last batch; a batch size that divides the rows; no rows (None at once); None again after None |
+| a shape or type the notes never show | integer and float64 data (cast to float32, values unchanged); widths other than 64 |
+| order or ties | every row once, in order; rewind() starts over; two readers keep separate cursors |
+| errors: type and message | a raise inside get_next() is named with the input that caused it |
+| policy: which item | which rows a batch takes: the next batch_size after the cursor |
+
+int8_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5) -> {"passed", "fp32_accuracy", "int8_accuracy", "drop_points"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | each model's accuracy set alone (synthetic predictors); row counts, class counts and label dtypes other than the example's |
+| boundaries | a drop exactly at the limit (passes) and one row above it (fails); a negative drop (INT8 better: passes); the default 0.5 and other limits |
+| a shape or type the notes never show | all-negative logits (only an argmax reads them right); int8 and int64 labels |
+| order or ties | - |
+| errors: type and message | no rows, a model that raises, a model returning the wrong number of rows: never passed |
+| policy: which item | - |
+
+
 Each wrong answer is a mistake of a different kind (a wrong field beside right ones, a boundary, a shape the
 example does not use, a constant where an argument belongs, the sign of a difference, a swallowed error), and
 each must be refused with a message that names what to look at.

@@ -1,5 +1,26 @@
 """The admission-control lab's checks pass the right answer and reject plausible wrong ones.
 
+admit(queue, request, max_queue) -> None
+| question | what the checks try |
+|---|---|
+| which input varies each field | max_queue alone (0, 1, 3, 4, 7) and the queue alone (empty, holding 5 admitted elsewhere) |
+| boundaries | len == max_queue refuses, len == max_queue - 1 accepts; a queue already over the bound; max_queue 0 (no room, not no bound) |
+| a shape the notes never show | a bound lowered while requests wait |
+| order or ties | accepted requests at the back, in order, the same objects |
+| errors: type and message | QueueFullError (not another type, not a return value), at once (a waiting admit fails within 2 s), the queue unchanged; admits again once there is room |
+| policy: which item | - |
+
+take_batch(queue, now, max_batch_size) -> (batch, expired)
+| question | what the checks try |
+|---|---|
+| which input varies each field | now alone (deadlines around it), max_batch_size alone (0, 1, 2, more than queued) |
+| boundaries | deadline == now (expired) and just after; everything expired (an empty batch); max_batch_size 0 |
+| a shape the notes never show | deadlines near 1e12 and below 0 (another clock) |
+| order or ties | FIFO; it stops when the batch is full, so what follows stays queued in order |
+| errors: type and message | two lists of Request objects; the deque mutated in place, not rebound |
+| policy: which item | which requests are computed: live ones only, oldest first, expired ones answered, never computed; under 2x overload the wait stays bounded |
+
+
 Each wrong answer is one class of mistake (a constant instead of the argument, an off-by-one at the bound,
 a strict comparison at the deadline, another clock, a queue rebound instead of mutated, ...); each is
 rejected with the message that names it.
@@ -334,3 +355,15 @@ def test_other_right_answers_pass():
     L.check_deadlines(take_batch_alt)
     L.check_take_batch_arguments(take_batch_alt)
     L.check_overload(admit_alt, take_batch_alt)
+
+
+def admit_zero_is_unbounded(queue, request, max_queue):
+    """`if max_queue and len(queue) >= max_queue`: a bound of 0 reads as no bound."""
+    if max_queue and len(queue) >= max_queue:
+        raise QueueFullError(f"queue full ({max_queue})")
+    queue.append(request)
+
+
+def test_a_bound_of_zero_is_a_bound():
+    with pytest.raises(LabCheckFailed, match=r"max_queue=0 is a queue with no room.*accepted \[0, 1\].*not 'no bound'"):
+        L.check_bound(admit_zero_is_unbounded)

@@ -1,5 +1,26 @@
 """The batch-loop lab's checks pass the right loop and reject plausible wrong ones.
 
+async collect_batch(queue, max_batch_size, max_wait_s) -> list
+| question | what the checks try |
+|---|---|
+| which input varies each field | max_batch_size alone (1, 4, 8, 16, 64, 1000), max_wait_s alone (0, 0.05, 0.2, 0.6, 2.0, two windows far apart), the feed alone (all at once, a trickle, late) |
+| boundaries | max_wait_s 0 (go at once with what is there); a batch exactly full; more queued than fits; falsy items (0, '', None) |
+| a shape the notes never show | items arriving during the window; a first item that arrives late (the window opens then) |
+| order or ties | the first items in arrival order, the rest left queued in order |
+| errors: type and message | a loop that waits forever or blocks the event loop fails within its limit with words; no busy polling (CPU time over an idle second) |
+| policy: which item | which items: the first ones, never more than max_batch_size; the window fixed at the first item |
+
+run_isolated(fn, items) -> list of ("ok", result) | ("error", exception)
+| question | what the checks try |
+|---|---|
+| which input varies each field | where the bad item sits (first, middle, last), what fn returns (list, tuple, generator) |
+| boundaries | [] and a single item; every item bad; a batch-only failure (every item alone succeeds) |
+| a type the notes never show | exceptions of other types than ValueError; results fn returns as any sequence |
+| order or ties | results paired with their items in order |
+| errors: type and message | the very exception fn raised for the item alone; a BaseException that is not an Exception (Ctrl-C) is not swallowed |
+| policy: which item | which items fail: only those that fail alone; the first call is the whole batch, one call when it succeeds |
+
+
 Each wrong answer is one class of mistake (the window restarts, busy polling, a constant instead of the
 argument, an off-by-one, a swallowed error, ...); each is rejected with the message that names it.
 """

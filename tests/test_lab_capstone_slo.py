@@ -1,4 +1,29 @@
-"""The capstone lab's checks fail on plausible wrong answers and pass on the right ones."""
+"""The capstone lab's checks fail on plausible wrong answers and pass on the right ones.
+
+slo_verdict(result, target_rps, p99_bound_ms, max_error_rate) -> (ok, reason)
+| question | what the checks try |
+|---|---|
+| which input varies each field | throughput, p99 and errors each miss alone (the others met); each bound and the target are varied as arguments on one run |
+| boundaries | p99 exactly at the bound (meets), 92 % of the target served (meets), 0.8 % errors under 1 % (meets); 900 ms against 500 and 1000 |
+| a shape the notes never show | a tail of 1.9 % (p95 and p98 low, p99 high); 0.6 % very slow (the maximum high, p99 low); offered rate above the target |
+| order or ties | - (one result at a time) |
+| errors: type and message | not an error path: the reason must be a non-empty str whenever ok is False |
+| policy: which item | - |
+
+Wrong answers rejected (each its own class): throughput only; the mean, the median, the p95 or the maximum instead
+of p99; errors ignored; bounds hard-coded; the bound itself read as a miss; no slack on throughput; throughput
+judged against the offered rate; a bare bool; no reason.
+
+choose_settings() -> dict of server settings (check_service_settings, then check_service_meets_slo live)
+| question | what the checks try |
+|---|---|
+| which input varies each field | each allowed key alone out of range; the live check runs the learner's settings over the server's defaults |
+| boundaries | max_batch_size 0, 1 (no batching, live), 16.0; max_wait_ms -1, NaN, 600 (live); bucket width 0, 8.5; max_queue, request_timeout_s, torch_threads 0 |
+| a type the notes never show | True for a number (a bool is an int to Python), None and {} for the dict, a function returning the dict |
+| order or ties | - |
+| errors: type and message | every refusal names the setting and its bound; a misspelt key is named |
+| policy: which item | live: padded defaults, no batching and a long wait each rejected with the reason that fits them |
+"""
 from __future__ import annotations
 
 import re
@@ -31,6 +56,36 @@ WRONG_VERDICTS = {
     "ignores errors": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= b, "no errors checked"),
     "p50 instead of p99": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p50_ms <= b and r.error_rate <= e, "p50"),
     "returns a bare bool": lambda r, t, b, e: r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e,
+    "max instead of p99": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.max_ms <= b and r.error_rate <= e, "max"),
+    "p95 instead of p99": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p95_ms <= b and r.error_rate <= e, "p95"),
+    "hard-coded bounds": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= 500 and r.error_rate <= 0.01, "x"),
+    "hard-coded target": lambda r, t, b, e: (r.rps >= 45 and r.stats.p99_ms <= b and r.error_rate <= e, "45 req/s"),
+    "the bound itself is a miss": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms < b and r.error_rate < e,
+                                                      "strict"),
+    "no slack on throughput": lambda r, t, b, e: (r.rps >= t and r.stats.p99_ms <= b and r.error_rate <= e, "rate"),
+    "throughput against the offered rate": lambda r, t, b, e: (r.rps >= 0.9 * r.rate_rps and r.stats.p99_ms <= b
+                                                               and r.error_rate <= e, "offered"),
+    "no errors allowed at all": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate == 0,
+                                                    "errors"),
+    "no reason when it says no": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e,
+                                                     ""),
+}
+MESSAGES = {
+    "throughput only": r"p99 latency \(result.stats.p99_ms\)",
+    "mean instead of p99": r"not the mean",
+    "ignores errors": r"error rate",
+    "p50 instead of p99": r"not the mean or the median",
+    "returns a bare bool": r"should return \(ok: bool, reason: str\)",
+    "max instead of p99": r"not the slowest request",
+    "p95 instead of p99": r"1 request in 100, not 1 in 20",
+    "hard-coded bounds": r"the bound given as p99_bound_ms|the max_error_rate argument",
+    "hard-coded target": r"the target_rps argument \(not a number of your own\)",
+    "the bound itself is a miss": r"'at most 500 ms' includes 500",
+    "no slack on throughput": r"90 % of target_rps is enough",
+    "throughput against the offered rate": r"not the rate the load test offered",
+    "no errors allowed at all": r"a few failures within it are allowed",
+    "no reason when it says no": r"give a reason",
+    "stub": r"not implemented",
 }
 
 
@@ -40,18 +95,27 @@ def test_verdict_check_passes_the_right_answer():
 
 @pytest.mark.parametrize("name", [*WRONG_VERDICTS, "stub"])
 def test_verdict_check_rejects_wrong_answers(name):
-    with pytest.raises(LabCheckFailed):
+    with pytest.raises(LabCheckFailed, match=MESSAGES[name]):
         lab.check_slo_verdict(WRONG_VERDICTS.get(name, stub))
 
 
 def test_official_verdict_agrees_with_the_cases():
-    for name, result, want in lab._cases():
-        assert lab.official_verdict(result, lab.CASE_RPS)[0] == want, name
+    for name, result, target, bound, max_errors, want, _ in lab._cases():
+        assert lab.official_verdict(result, target, bound, max_errors)[0] == want, name
 
 
-@pytest.mark.parametrize("settings", [None, {}, {"batch_size": 32}, {"max_batch_size": 0}, {"max_wait_ms": -1}])
-def test_settings_check_rejects_malformed(settings):
-    with pytest.raises(LabCheckFailed):
+@pytest.mark.parametrize("settings, message", [
+    (None, "return a dict"), ({}, "return a dict"), ({"batch_size": 32}, r"unknown setting\(s\) \['batch_size'\]"),
+    ({"max_batch_size": 0}, "max_batch_size must be a whole number in 1..256"),
+    ({"max_batch_size": True}, "max_batch_size must be a whole number"),
+    ({"max_batch_size": 16.0}, "max_batch_size must be a whole number"),
+    ({"max_wait_ms": -1}, "max_wait_ms must be a number"), ({"max_wait_ms": float("nan")}, "max_wait_ms must be"),
+    ({"max_queue": 0}, r"server refuses these settings: max_queue=0: Input should be greater than or equal to 1"),
+    ({"request_timeout_s": 0}, "request_timeout_s=0"), ({"torch_threads": 0}, "torch_threads=0"),
+    ({"max_queue": True}, r"\['max_queue'\] must be numbers"),
+])
+def test_settings_check_rejects_malformed(settings, message):
+    with pytest.raises(LabCheckFailed, match=message):
         lab.check_service_settings(settings)
 
 

@@ -1,6 +1,38 @@
 """The memory-estimation lab's checks pass the right estimators and fail plausible wrong ones, with a message
 naming what is wrong: a dtype size from a table or a constant, a constant where an argument belongs, a term
-that counts the wrong tensors or the wrong dtype, a formula that only fits MiniLM or Llama, units."""
+that counts the wrong tensors or the wrong dtype, a formula that only fits MiniLM or Llama, units.
+
+param_bytes(n_params, dtype) -> int
+| question | what the checks try |
+|---|---|
+| which input varies each field | n alone (0, 1, 7, a prime, 6.7 billion), dtype alone (ten dtypes) |
+| boundaries | no parameters; one; a 7B model (no overflow) |
+| a type the notes never show | float64, int64, int32, int16, uint8, bool (no table of sizes passes) |
+| order or ties | - |
+| errors: type and message | a whole number of bytes (not MiB, not a float with a fraction) |
+| policy: which item | - |
+
+activation_bytes(batch, seq_len, hidden, intermediate, dtype) -> int
+| question | what the checks try |
+|---|---|
+| which input varies each field | hidden, intermediate, seq_len (the mask) and batch each by one unit, the term it moves named |
+| boundaries | one token; an empty batch; an intermediate that is not 4x hidden |
+| a type the notes never show | fp16 beside fp32, the mask's dtype apart |
+| order or ties | - |
+| errors: type and message | bytes, not MiB; measured against the real peak of a model (activation_measured) |
+| policy: which item | - |
+
+kv_cache_bytes(config, seq_len, batch, dtype) -> int
+| question | what the checks try |
+|---|---|
+| which input varies each field | layers, KV heads, head_dim, seq_len, batch each doubled alone; query heads changed alone (must not move it) |
+| boundaries | an empty cache (0 tokens); one token |
+| a shape the notes never show | multi-query (1 KV head) and multi-head attention; a real fp16 cache of tensors measured |
+| order or ties | - |
+| errors: type and message | bytes, not MiB |
+| policy: which item | - |
+"""
+
 import pytest
 import torch
 

@@ -4,6 +4,26 @@ Each wrong answer is a mistake of a different kind (a fixed axis, a wrong name o
 argument belongs, a mean where a max belongs, the sign of a difference, a strict comparison at the boundary, a
 relative tolerance, a swallowed error, silent broadcasting), and each must be refused with a message that
 names what to look at.
+
+export_dynamic(model, sample, path) -> path
+| question | what the checks try |
+|---|---|
+| which input varies each field | the path (returned as given), the sample (its shape must not be baked in) |
+| boundaries | one row, one token; more rows and longer texts than the sample |
+| a shape the notes never show | shapes the export never saw, run through ONNX Runtime |
+| order or ties | - |
+| errors: type and message | one self-contained file; inputs input_ids and attention_mask (int64, both axes symbolic), output logits |
+| policy: which item | - |
+
+parity_check(model, onnx_path, batch, tol=1e-4) -> float
+| question | what the checks try |
+|---|---|
+| which input varies each field | the difference set exactly at one element (hand-built ONNX graphs), the tolerance alone, the batch alone |
+| boundaries | a difference equal to tol (passes); just above (raises); tol left at its default; logits large enough that a relative tolerance differs |
+| a shape the notes never show | a difference in one row only; a negative difference; outputs of different shapes |
+| order or ties | - |
+| errors: type and message | AssertionError exactly when the difference exceeds tol; never success for NaN, a shape mismatch (no silent broadcasting) or a file ONNX Runtime cannot load; the model compared in eval mode |
+| policy: which item | which difference: the largest absolute one, not a mean, signed, or over one row |
 """
 import numpy as np
 import onnxruntime as ort

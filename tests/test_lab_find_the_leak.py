@@ -1,6 +1,27 @@
 """The leak lab's checks pass a right detector and fail plausible wrong ones, with a message naming what is wrong:
 two-reading estimates (plain or dressed up as a fit), a fixed warm-up, the cut rounded the wrong way, the sign
-dropped, a list-only implementation, a threshold in the wrong unit or compared the wrong way, errors swallowed."""
+dropped, a list-only implementation, a threshold in the wrong unit or compared the wrong way, errors swallowed.
+
+leak_slope(samples, warmup_frac=0.2) -> float (bytes per iteration)
+| question | what the checks try |
+|---|---|
+| which input varies each field | warmup_frac alone (several fractions on one series whose slope changes after its first half), the series alone (rising, falling, flat, GC dips) |
+| boundaries | 13 readings at 0.2 (2.6 rounds down to 2); 20 equal readings (slope 0); a short series; no readings (an error) |
+| a type the notes never show | a list of ints, a numpy array, a tuple |
+| order or ties | every reading counts (one GC dip throws a two-point estimate off) |
+| errors: type and message | no readings raises rather than returning a slope |
+| policy: which item | which readings: all of them after int(n * warmup_frac) |
+
+is_leaking(samples) -> bool
+| question | what the checks try |
+|---|---|
+| which input varies each field | the slope alone around 4 KiB/iteration, the noise and spikes alone |
+| boundaries | just above and just below 4 KiB per iteration; 10 readings; no readings (an error, not "clean") |
+| a type the notes never show | ints, a numpy array; a numpy bool is refused (True or False) |
+| order or ties | allocator warm-up first, one late spike, falling memory |
+| errors: type and message | an empty soak raises |
+| policy: which item | - |
+"""
 import numpy as np
 import pytest
 

@@ -1,5 +1,16 @@
 """Lab 0's checks pass the right timer and reject plausible wrong ones, each with a message naming what is wrong.
 
+measure_latency(fn, sync=..., warmup=5, iters=30) -> {"p50_ms", "p95_ms", "p99_ms", "n"}
+| question | what the checks try |
+|---|---|
+| which input varies each field | warmup and iters each alone ((3, 12), (0, 7), (4, 1), (11, 23), the defaults); one distribution where p50, p95 and p99 each sit on their own plateau |
+| boundaries | warmup 0; iters 1 (every field that sample); iters 0 (no number may be reported) |
+| a shape the notes never show | a fake device whose fn returns before its work is done (sync matters); the clock read through perf_counter_ns |
+| order or ties | the order of events: clock, fn, sync, clock per sample, and a sync after the warm-up; slow calls in no particular order (sorting needed) |
+| errors: type and message | a DeviceError from fn (warm-up or timed) or sync reaches the caller, wrapped or not, never swallowed or retried |
+| policy: which item | which calls are timed: none of the warm-up, every one after it |
+
+
 The wrong timers cover different classes of mistake: warm-up timed or counted, arguments ignored, a mean or
 the max or a neighbouring percentile in one field, fractions for percents, unsorted samples, wrong units,
 sync in the wrong place or missing after the warm-up, errors swallowed, an empty run reported as 0 ms.

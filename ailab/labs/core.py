@@ -3,14 +3,22 @@
 A check cell in a lab notebook calls one of these. It prints a line for the learner and, when
 `ailab labs check` runs the notebook, also appends the outcome to the JSON-lines report named
 by AILAB_LAB_REPORT, so the command can say which checks passed without parsing output.
+
+The kit every check module shares: `check` and `expect`; `answer` and `refused`, which call the learner's code
+where it must answer or must refuse, naming the case that broke it; `within_time`, which runs the learner's code in
+a thread with a time limit (so a version that waits forever fails with words instead of hanging the
+notebook); `shared`, one expensive object per process (a model, a server) built on first use, with
+`tiny_decoder`, the generation checks' model; and `torch_threads`, to run such a tiny model on one thread.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import threading
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
 REPORT_ENV = "AILAB_LAB_REPORT"
 
@@ -65,3 +73,97 @@ def expect(condition: bool, message: str) -> None:
     """Fail the current check with `message` unless `condition` holds."""
     if not condition:
         raise LabCheckFailed(message)
+
+
+def answer(fn: Callable, *args, what: str, **kwargs) -> Any:
+    """Call the learner's `fn`; any exception but the stub's NotImplementedError fails the check with `what`
+    (the case being tried) in front, so the learner sees which input broke it."""
+    try:
+        return fn(*args, **kwargs)
+    except (NotImplementedError, LabCheckFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+        raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
+
+
+def refused(fn: Callable, *args, error: type | tuple = ValueError, what: str, should: str, **kwargs) -> BaseException:
+    """Call the learner's `fn` where it must refuse: it must raise `error`, which is returned for the caller to
+    look at its message. Another exception, or an answer, fails the check: `what` is the case, `should` what the
+    learner should raise instead ("raise ValueError naming both lengths")."""
+    try:
+        out = fn(*args, **kwargs)
+    except (NotImplementedError, LabCheckFailed):   # the stub, or a check inside: never a refusal
+        raise
+    except error as e:
+        return e
+    except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this names
+        raise LabCheckFailed(f"{what}: {should}; your code raised {type(e).__name__}: {e}") from e
+    raise LabCheckFailed(f"{what}: {should}; it returned {out!r}")
+
+
+def within_time(fn: Callable[[], Any], limit_s: float, too_slow: str, *, unstick: Callable[[], None] | None = None,
+                name: str = "ailab-lab-learner") -> Any:
+    """Run `fn()` (the learner's code) in a daemon thread and return what it returns, or raise what it raised.
+
+    When it has not returned after `limit_s`, call `unstick()` (to let a waiting thread end, if it can), and
+    fail the check with `too_slow`, which should say what makes the code wait and what to do instead.
+    """
+    box: dict = {}
+
+    def target():
+        try:
+            box["out"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True, name=name)
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        if unstick is not None:
+            unstick()
+        raise LabCheckFailed(too_slow)
+    if "error" in box:
+        raise box["error"]
+    return box.get("out")
+
+
+_SHARED: dict[str, Any] = {}
+_SHARED_LOCK = threading.RLock()
+
+
+def shared(key: str, build: Callable[[], Any], alive: Callable[[Any], bool] = lambda obj: True) -> Any:
+    """One object per process for every check that needs it (a model, a server), built by `build()` on
+    first use; built again when `alive(obj)` says the one kept is no longer usable (a server that died)."""
+    with _SHARED_LOCK:
+        obj = _SHARED.get(key)
+        if key not in _SHARED or not alive(obj):
+            obj = _SHARED[key] = build()
+        return obj
+
+
+@contextlib.contextmanager
+def torch_threads(n: int = 1):
+    """Run a tiny model's work with `n` torch threads, then give back the count the notebook had: a model of a
+    million parameters gains nothing from a second thread, and beside a busy neighbour two threads made the
+    scheduler checks ten times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def tiny_decoder(seed: int):
+    """A tiny_gpt('1m') decoder with random weights (the loop is checked, not the text), one per seed and process."""
+
+    def build():
+        from ailab.generation import Decoder
+        from ailab.models import tiny_gpt
+
+        return Decoder(tiny_gpt("1m", seed=seed))
+
+    return shared(f"tiny_decoder-{seed}", build)

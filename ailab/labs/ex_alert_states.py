@@ -1,4 +1,4 @@
-"""Exercise checks: alert states over a metric series, with Prometheus's semantics (chapter 4.03).
+"""Exercise checks: alert states over a metric series, with Prometheus's semantics (chapter 4.03; topic S9).
 
 The learner writes
   alert_states(series, threshold, for_s) -> list[str]
@@ -13,7 +13,7 @@ The checks are derived from what the function must guarantee:
   - the clock is the samples' timestamps, not their count: uneven spacing, timestamps near 1.7e9, `for_s`
     reached exactly (>=), `for_s = 0` fires at once, `for_s` longer than the series never fires;
   - one sample that does not hold resets the alert, and the clock restarts at the next holding sample;
-    firing is not latched; NaN (no data) never holds and resets too;
+    firing is not latched; NaN (no data) never holds and resets too, while +inf is data and holds (-inf does not);
   - on random series (spacing, NaNs, thresholds, for_s) the states equal ailab.monitoring.evaluate's.
 """
 from __future__ import annotations
@@ -100,6 +100,11 @@ def check_reset_and_nan(alert_states):
           "NaN means no data: it never holds, so it resets like a sample below the threshold")
     _same(alert_states, [(0.0, nan), (1.0, nan), (2.0, nan)], 200.0, 0.0, "a series of NaN only, for_s = 0",
           "no data never fires, not even with for_s = 0")
+    inf = float("inf")
+    series = [(0.0, 250.0), (1.0, inf), (2.0, inf), (3.0, -inf), (4.0, 250.0)]
+    _same(alert_states, series, 200.0, 2.0, "a latency of +inf at t=1 and t=2 (a request that never came back), -inf "
+                                             "at t=3",
+          "+inf is data, and above any threshold: it holds (only NaN is 'no data'); -inf never holds")
 
 
 @check(LAB, "time comes from the timestamps: uneven spacing and an epoch clock")

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import math
 
-from ailab.labs.core import check, expect
+import numpy as np
+
+from ailab.labs.core import answer, check, expect, refused
 
 LAB = "ex_batching_ceiling"
 
 
 def _run(fn, batch_ms, what):
     before = dict(batch_ms)
-    out = fn(batch_ms)
+    out = answer(fn, batch_ms, what=what)
     expect(isinstance(out, dict) and {"per_item_ms", "ceiling", "best_batch"} <= set(out),
            f"{what}: batching_ceiling should return a dict with the keys per_item_ms, ceiling and best_batch; got "
            f"{sorted(out) if isinstance(out, dict) else type(out).__name__}")
@@ -62,6 +64,12 @@ def check_per_item(batching_ceiling):
     expect(all(_close(per[b], v) for b, v in want.items()),
            f"{{48: 96.0, 3: 9.0, 1: 5.0, 128: 192.0}}: per_item_ms should be {want}; got {per} - use each key's own "
            "batch size, whatever the sizes and their order")
+    sizes, times = np.array([1, 4, 16]), np.array([4.0, 6.0, 20.0])
+    batch_ms = dict(zip(sizes, times))
+    out = _run(batching_ceiling, batch_ms, "sizes and times straight from numpy arrays (np.int64: np.float64)")
+    expect(_close(out["per_item_ms"][4], 1.5) and out["best_batch"] == 16 and _close(out["ceiling"], 3.2),
+           "sizes and times from numpy arrays, {1: 4.0, 4: 6.0, 16: 20.0}: per item 4, 1.5 and 1.25 ms, best_batch 16, "
+           f"ceiling 3.2; got {out} - numpy's integers and floats are numbers like any other")
 
 
 @check(LAB, "best_batch has the lowest per-item time; ceiling is batch 1's per-item time over it")
@@ -99,16 +107,8 @@ def check_ceiling_and_best(batching_ceiling):
 @check(LAB, "no batch 1 is an error that names it")
 def check_needs_batch_1(batching_ceiling):
     for batch_ms in ({2: 6.0, 4: 8.0, 8: 12.0}, {}):
-        try:
-            out = batching_ceiling(batch_ms)
-        except NotImplementedError:
-            raise
-        except ValueError as e:
-            expect("1" in str(e), f"batch_ms {batch_ms}: the ValueError should say that batch 1 is missing; its "
-                                  f"message is {str(e)!r}")
-        except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
-            expect(False, f"batch_ms {batch_ms} has no batch 1: raise ValueError saying so; your code raised "
-                          f"{type(e).__name__}: {e}")
-        else:
-            expect(False, f"batch_ms {batch_ms} has no batch 1, but batching_ceiling returned {out!r}: the ceiling is "
-                          "measured against one-at-a-time, so without batch 1 there is none - raise ValueError")
+        e = refused(batching_ceiling, batch_ms, what=f"batch_ms {batch_ms} has no batch 1",
+                    should="the ceiling is measured against one-at-a-time, so without batch 1 there is none: raise "
+                           "ValueError saying so")
+        expect("1" in str(e), f"batch_ms {batch_ms}: the ValueError should say that batch 1 is missing; its "
+                              f"message is {str(e)!r}")

@@ -9,8 +9,9 @@ The learner writes
       lists it under. The values add up to what torch counts (ailab.memory.param_bytes).
 
 The checks are derived from what the function must guarantee, on small models built here:
-  every group on its own, in bytes, for float32, float16, bfloat16, float64 and int64 tensors (no size per element
-  is constant); buffers count, non-persistent ones too (a state_dict() does not list those); tied weights and a
+  every group on its own, in bytes, for float32, float16, bfloat16, float64 and int64 tensors, and for bool, int8,
+  uint8, int32 and complex64 ones that no note lists (no size per element is constant, and a table of dtypes
+  misses some); buffers count, non-persistent ones too (a state_dict() does not list those); tied weights and a
   submodule registered twice are counted once, in the first group; groups come from the module path, not from
   the tensor's own name (a model with no children is one group, ''); depth 2 and 3 (a module shallower than
   `depth` keeps its own path); a model with no tensors gives {}; values are ints; the total equals torch's count.
@@ -67,6 +68,26 @@ def deep() -> nn.Module:
     m.encoder.final = nn.LayerNorm(4).to(torch.bfloat16)                                # 8 x 2 = 16
     m.head = nn.Linear(4, 3)                                                            # 15 x 4 = 60
     return m
+
+
+def odd_dtypes() -> nn.Module:
+    """Tensors whose element sizes no note lists: a bool mask, int8 weights with a float scale, uint8 and int32
+    buffers, a complex64 filter."""
+    m = nn.Module()
+    m.mask = nn.Module()
+    m.mask.register_buffer("keep", torch.ones(10, 10, dtype=torch.bool))          # 100 x 1 = 100
+    m.quant = nn.Module()
+    m.quant.register_buffer("weight", torch.zeros(16, 16, dtype=torch.int8))       # 256 x 1 = 256
+    m.quant.scale = nn.Parameter(torch.ones(16))                                   # 16 x 4 = 64
+    m.quant.register_buffer("zero_point", torch.zeros(16, dtype=torch.uint8))      # 16 x 1 = 16
+    m.tokens = nn.Module()
+    m.tokens.register_buffer("ids", torch.zeros(8, dtype=torch.int32))             # 8 x 4 = 32
+    m.spectral = nn.Module()
+    m.spectral.filter = nn.Parameter(torch.zeros(4, 4, dtype=torch.complex64))     # 16 x 8 = 128
+    return m
+
+
+ODD = {"mask": 100, "quant": 336, "tokens": 32, "spectral": 128}
 
 
 DEEP = {
@@ -127,6 +148,12 @@ def check_bytes_and_buffers(bytes_by_module):
              "the toy model cast to bfloat16 (integer buffers keep int64)",
              why={"embeddings": "Each element size comes from the tensor itself: the table is now 2 bytes per "
                                 "element, the int64 ids still 8."})
+    model = odd_dtypes()
+    got = _groups(bytes_by_module, model, 1, "bool, int8, uint8, int32 and complex64 tensors")
+    _compare(got, ODD, "a model with a bool mask, int8 weights, uint8 and int32 buffers and a complex64 parameter",
+             why={k: "Ask each tensor its element size (tensor.element_size()) rather than a table of dtypes: bool, "
+                     "int8 and uint8 take 1 byte, int32 4, complex64 8." for k in ODD})
+    _total(got, model, "bool, int8, uint8, int32 and complex64 tensors")
 
 
 @check(LAB, "tied weights and shared modules are counted once")

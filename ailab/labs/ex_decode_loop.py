@@ -11,13 +11,14 @@ The checks are derived from what the loop must guarantee:
   one token and of many; the shape (B, max_new_tokens), an integer dtype, a tensor; max_new_tokens = 1 means a
   prefill and no decode step; the work: exactly T + max_new_tokens - 1 positions per row go through the model,
   in one prefill and max_new_tokens - 1 steps of one token (a loop that recomputes the prefix, or prefills again,
-  processes more); the prompt tensor is not changed.
+  processes more); the prompt tensor is not changed; a learner call that raises names the prompt's shape (a cache
+  sized for the prompt alone runs out at the first decode step).
 """
 from __future__ import annotations
 
 import torch
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import answer, check, expect, tiny_decoder, torch_threads
 
 LAB = "ex_decode_loop"
 
@@ -35,17 +36,9 @@ class CountingModel:
         return self.model(ids, view)
 
 
-_MODEL = {}
-
-
 def model():
     """One tiny_gpt('1m') decoder for every check (random weights: the loop, not the text, is checked)."""
-    if "m" not in _MODEL:
-        from ailab.generation import Decoder
-        from ailab.models import tiny_gpt
-
-        _MODEL["m"] = Decoder(tiny_gpt("1m", seed=3))
-    return _MODEL["m"]
+    return tiny_decoder(3)
 
 
 def _prompt(batch: int, length: int, seed: int) -> torch.Tensor:
@@ -55,7 +48,8 @@ def _prompt(batch: int, length: int, seed: int) -> torch.Tensor:
 def _run(greedy_decode, prompt, n, what):
     counting = CountingModel(model())
     before = prompt.clone()
-    out = greedy_decode(counting, prompt, n)
+    with torch_threads(1):
+        out = answer(greedy_decode, counting, prompt, n, what=what)
     expect(isinstance(out, torch.Tensor), f"{what}: greedy_decode() should return a tensor of token ids; got "
                                          f"{type(out).__name__}")
     expect(not out.is_floating_point() and out.dtype != torch.bool,
@@ -76,7 +70,8 @@ def check_tokens(greedy_decode):
                f"{what}: expected the {n} new tokens of each of the {batch} rows, shape ({batch}, {n}); got "
                f"{tuple(out.shape)}" + (". Return only the new tokens, not the prompt with them"
                                         if out.ndim == 2 and out.shape[1] == length + n else ""))
-        want = generate_without_cache(model(), prompt, n)
+        with torch_threads(1):
+            want = generate_without_cache(model(), prompt, n)
         if not torch.equal(out, want):
             row, col = next((r, c) for r in range(batch) for c in range(n) if out[r, c] != want[r, c])
             expect(False, f"{what}: row {row}, new token {col}: expected {int(want[row, col])}, got "

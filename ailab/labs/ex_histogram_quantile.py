@@ -11,8 +11,11 @@ The learner writes
 The checks are derived from what the function must guarantee:
   interpolation on a hand example for several q (q is used), the lowest bucket starting at 0, bounds given in
   any order (a dict is not sorted by bound), float counts (rates), a rank equal to a cumulative count followed
-  by empty buckets (the first bucket that reaches the rank, not the first that passes it); the +Inf bucket
-  (highest finite bound, never inf or NaN); no observations (an empty dict, all counts 0) give NaN, not 0
+  by empty buckets (the first bucket that reaches the rank, not the first that passes it); a rank inside the bucket
+  after an empty one (its lower bound is the empty bucket's bound), an empty lowest bucket; empty buckets given out
+  of order, so their tied counts show a sort by count; numpy bounds and counts; the +Inf bucket (highest finite
+  bound, never inf or NaN, also when the finite buckets before it are empty); no observations (an empty dict, all
+  counts 0) give NaN, not 0
   and not an error; q = 1; against numpy's percentile of the raw samples on fine buckets, on two scales.
   The function must be the learner's own: one that hands the work to ailab.monitoring.histogram_quantile fails.
 """
@@ -23,7 +26,7 @@ import numbers
 
 import numpy as np
 
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import answer, check, expect
 
 LAB = "ex_histogram_quantile"
 INF = float("inf")
@@ -57,12 +60,7 @@ def _q(fn, q, buckets, what):
     expect(not _delegates(fn), "your histogram_quantile calls ailab.monitoring.histogram_quantile: the exercise is to "
                                "write it yourself")
     given = dict(buckets)
-    try:
-        out = fn(q, buckets)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
-        raise LabCheckFailed(f"{what}, q={q}: your code raised {type(e).__name__}: {e}") from e
+    out = answer(fn, q, buckets, what=f"{what}, q={q}")
     expect(dict(buckets) == given, f"{what}: histogram_quantile changed the buckets it was given; leave them as they are")
     expect(isinstance(out, numbers.Real) and not isinstance(out, bool),
            f"{what}, q={q}: histogram_quantile should return a number (seconds); got {out!r}")
@@ -109,10 +107,34 @@ def check_boundaries(histogram_quantile):
                              f"{got!r} - the lowest bucket starts at 0")
     got = _q(histogram_quantile, 0.5, {0.3: 7, INF: 7}, "one finite bucket {0.3: 7, inf: 7}")
     expect(_close(got, 0.15), f"buckets={{0.3: 7, inf: 7}}, q=0.5: halfway through (0, 0.3] is 0.15; got {got!r}")
+    # empty buckets where the rank falls inside the next one: its lower bound is the empty bucket's bound
+    buckets = {1.0: 5, 2.0: 5, 3.0: 10, INF: 10}
+    got = _q(histogram_quantile, 0.7, buckets, f"buckets={buckets}")
+    expect(_close(got, 2.4), f"buckets={buckets}, q=0.7: rank 7 falls in (2.0, 3.0], which holds observations 6-10 (the "
+                             f"2.0 bucket is empty, not the 3.0 bucket's lower bound's owner): 2.0 + 1.0 * 2/5 = 2.4; "
+                             f"got {got!r} - a bucket's lower bound is the previous bound, empty or not")
+    buckets = {0.1: 0, 0.2: 4, INF: 4}
+    got = _q(histogram_quantile, 0.5, buckets, f"an empty lowest bucket, buckets={buckets}")
+    expect(_close(got, 0.15), f"buckets={buckets}, q=0.5: the (0, 0.1] bucket is empty, so rank 2 falls in (0.1, 0.2]: "
+                              f"0.1 + 0.1 * 2/4 = 0.15; got {got!r} - only the lowest bucket starts at 0")
+    # tied cumulative counts given out of order: sorting by count (or keeping the dict's order) shows here
+    tied = {3.0: 10, 2.0: 5, INF: 10, 1.0: 5}
+    for q, want in [(0.5, 1.0), (0.7, 2.4), (1.0, 3.0)]:
+        got = _q(histogram_quantile, q, tied, f"empty buckets given out of order, {tied}")
+        expect(_close(got, want), f"buckets {tied} (the 2.0 bucket empty, so two bounds share a count), q={q}: "
+                                  f"expected {want}; got {got!r} - sort the bounds themselves: counts tie wherever a "
+                                  "bucket is empty")
+    np_buckets = {np.float64(0.1): np.int64(10), np.float64(0.2): np.int64(30), np.float64(INF): np.int64(40)}
+    got = _q(histogram_quantile, 0.5, np_buckets, "numpy bounds and counts (np.float64: np.int64)")
+    expect(_close(got, 0.15), f"numpy bounds and counts {{0.1: 10, 0.2: 30, inf: 40}}, q=0.5: 0.15; got {got!r}")
 
 
 @check(LAB, "the +Inf bucket, and no observations")
 def check_inf_and_empty(histogram_quantile):
+    got = _q(histogram_quantile, 0.5, {0.1: 3, 0.5: 3, 1.0: 3, INF: 10}, "buckets {0.1: 3, 0.5: 3, 1.0: 3, inf: 10}")
+    expect(got == 1.0, f"buckets {{0.1: 3, 0.5: 3, 1.0: 3, inf: 10}}, q=0.5: rank 5 is past the last finite bucket, so "
+                       f"the answer is the highest finite bound, 1.0 (not 0.1, the last bucket that gained "
+                       f"observations); got {got!r}")
     buckets = {0.1: 5, 1.0: 8, INF: 10}
     for q in (0.95, 0.81, 1.0):
         got = _q(histogram_quantile, q, buckets, f"buckets={buckets}")

@@ -12,8 +12,9 @@ The checks are derived from what the function must guarantee:
   an installed package nobody pinned gives no row); rows sorted by package whatever order the pins come in; empty
   pins, empty installed, a single pin; names compared the way pip normalises them (case, '-', '_', '.', runs of
   them) on both sides; versions compared as versions (1.0 == 1.0.0, 2.13.0+cpu satisfies the 2.13.0 pin, 1.10 is
-  not 1.1, a release candidate is not the release), with the installed string reported as it is; the inputs are
-  not modified.
+  not 1.1, a release candidate is not the release), also when either side is spelled as pip accepts but does not
+  write (v1.0, 2.0.0-RC1, 1.0-1, 1.0.alpha1, 02.01), with both strings reported as given (not pip's normal
+  spelling); the inputs are not modified.
 """
 from __future__ import annotations
 
@@ -120,7 +121,18 @@ def check_versions(pin_drift):
         expect(rows == [], f"pinned {pinned!r}, installed {inst!r}: the same version to pip (trailing zeros do not "
                            "count, and a local label after '+' such as a CPU build tag still satisfies the pin): no "
                            f"row expected; got {rows!r}")
-    differ = [("1.1", "1.10"), ("2.0", "2.0rc1"), ("2.0.1", "2.0rc1"), ("0.61.0", "0.61.1"), ("2.13.0", "2.12.0+cpu"), ("1.0", "1.0.post1")]
+    # the same versions in spellings pip accepts but does not write: a leading v, a separator before a pre- or
+    # post-release, upper case, a long form, leading zeros; on either side
+    same = [("2.0rc1", "2.0.0-RC1"), ("1.0", "v1.0"), ("1.0.post1", "1.0-1"), ("1.0a1", "1.0.alpha1"), ("2.1", "02.01"),
+            ("1.0.dev3", "1.0-dev3"), ("v3.2", "3.2.0"), ("1.4.0-RC2", "1.4rc2+cu121")]
+    for pinned, inst in same:
+        rows = _rows(pin_drift, {"pkg": inst}, {"pkg": pinned}, f"pinned {pinned}, installed {inst}")
+        expect(rows == [], f"pinned {pinned!r}, installed {inst!r}: the same version to pip, spelled another way "
+                           "(pip reads a leading 'v', '-RC1' as 'rc1', '-1' as '.post1', 'alpha' as 'a', '02' as '2'): "
+                           f"no row expected; got {rows!r}. Parse both with packaging.version.Version rather than "
+                           "tidying the text yourself")
+    differ = [("1.1", "1.10"), ("2.0", "2.0rc1"), ("2.0.1", "2.0rc1"), ("0.61.0", "0.61.1"), ("2.13.0", "2.12.0+cpu"),
+              ("1.0", "1.0.post1"), ("2.0", "2.0.0-RC1"), ("V1.2", "1.2-post3"), ("1.0", "1.0.dev3")]
     for pinned, inst in differ:
         rows = _rows(pin_drift, {"pkg": inst}, {"pkg": pinned}, f"pinned {pinned}, installed {inst}")
         expect(len(rows) == 1 and rows[0]["kind"] == "differs",

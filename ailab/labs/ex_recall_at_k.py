@@ -1,4 +1,4 @@
-"""Exercise checks: recall@k of an approximate index against exact search (chapter 4.06, retrieval).
+"""Exercise checks: recall@k of an approximate index against exact search (chapter 4.06, retrieval; topic A5).
 
 The learner writes
   recall_at_k(approx_ids, exact_ids, k) -> float
@@ -15,7 +15,10 @@ The checks are derived from what the function must guarantee:
     the full width; k is the argument, not 10);
   - -1 padding is never a hit, also when both rows are padded (a corpus smaller than k); it is dropped after
     taking the first k, never before; duplicates count once; int32 and int64 ids; a list of lists;
-  - the errors above are ValueError, not an IndexError or a silent answer over fewer than k columns;
+  - k as numpy gives it (np.int64) is a number;
+  - the errors above are ValueError, not an IndexError, a TypeError or a silent answer over fewer than k
+    columns, and the message names the value at fault (k, the widths, the row counts, the dimensions); "not
+    2-D" is tried with 1-D, 3-D and 0-D inputs and with one 2-D input beside one that is not;
   - on random cases (sizes, padding, duplicates, widths) the value equals the definition's.
 """
 from __future__ import annotations
@@ -82,6 +85,8 @@ def check_first_k(recall_at_k):
     _same(recall_at_k, wide[:, ::-1].copy(), wide, 10, "20 columns, k=10, the approx rows reversed",
           "use the k you are given")
     _same(recall_at_k, wide, wide, 20, "20 columns, k=20")
+    _same(recall_at_k, approx, exact, np.int64(3), "k given as np.int64(3) (numpy's integer, e.g. from a sweep)",
+          "np.int64 is a whole number too")
 
 
 @check(LAB, "-1 padding is never a hit; duplicates count once")
@@ -104,10 +109,14 @@ def check_padding_and_duplicates(recall_at_k):
     _same(recall_at_k, [[1, 2, 3], [4, 5, 6]], [[3, 2, 1], [7, 8, 9]], 3, "two Python lists of lists")
 
 
-def _expect_value_error(recall_at_k, approx, exact, k, what):
+def _expect_value_error(recall_at_k, approx, exact, k, what, names):
+    """`names`: what the message may hold to name the value at fault (any one of them)."""
     try:
         got = recall_at_k(approx, exact, k)
-    except ValueError:
+    except ValueError as e:
+        expect(any(n in str(e) for n in names),
+               f"{what}: a ValueError, good, but its message {str(e)!r} does not say what is wrong: name the value at "
+               f"fault (for example {names[0]!r})")
         return
     except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this names
         expect(False, f"{what}: raise a ValueError that says what is wrong; got {type(e).__name__}: {e}")
@@ -117,15 +126,27 @@ def _expect_value_error(recall_at_k, approx, exact, k, what):
 @check(LAB, "inputs that cannot give recall@k are a ValueError")
 def check_errors(recall_at_k):
     a = _rows([1, 2, 3], [4, 5, 6])
-    _expect_value_error(recall_at_k, a, a, 4, "k=4 with only 3 columns (asking for more results than returned)")
-    _expect_value_error(recall_at_k, a, a[:, :2], 3, "k=3 but the exact array has only 2 columns")
-    _expect_value_error(recall_at_k, a[:, :2], a, 3, "k=3 but the approx array has only 2 columns")
-    _expect_value_error(recall_at_k, a, a, 0, "k=0")
-    _expect_value_error(recall_at_k, a, a, -2, "k=-2")
-    _expect_value_error(recall_at_k, a, a[:1], 2, "2 approx rows against 1 exact row (not the same queries)")
+    dims = ["2-D", "2D", "2 dim", "two-dim", "ndim", "dimension", "shape"]
+    _expect_value_error(recall_at_k, a, a, 4, "k=4 with only 3 columns (asking for more results than returned)",
+                        ["4", "3"])
+    _expect_value_error(recall_at_k, a, a[:, :2], 3, "k=3 but the exact array has only 2 columns", ["3", "2"])
+    _expect_value_error(recall_at_k, a[:, :2], a, 3, "k=3 but the approx array has only 2 columns", ["3", "2"])
+    _expect_value_error(recall_at_k, a, a, 0, "k=0", ["0", "k"])
+    _expect_value_error(recall_at_k, a, a, -2, "k=-2", ["-2", "k"])
+    _expect_value_error(recall_at_k, a, a[:1], 2, "2 approx rows against 1 exact row (not the same queries)",
+                        ["2", "1", "rows", "queries"])
     empty = np.zeros((0, 5), dtype=np.int64)
-    _expect_value_error(recall_at_k, empty, empty, 5, "zero queries (recall over nothing is not a number)")
-    _expect_value_error(recall_at_k, np.array([1, 2, 3]), np.array([1, 2, 3]), 2, "1-D arrays (one row, not 2-D)")
+    _expect_value_error(recall_at_k, empty, empty, 5, "zero queries (recall over nothing is not a number)",
+                        ["0", "no quer", "empty"])
+    _expect_value_error(recall_at_k, np.array([1, 2, 3]), np.array([1, 2, 3]), 2, "1-D arrays (one row, not 2-D)",
+                        dims + ["(3,)"])
+    cube = np.arange(24).reshape(2, 3, 4)
+    _expect_value_error(recall_at_k, cube, cube, 2, "3-D arrays of shape (2, 3, 4) (a batch of results, not 2-D)",
+                        dims + ["(2, 3, 4)"])
+    _expect_value_error(recall_at_k, a, cube, 2, "approx of shape (2, 3) against exact of shape (2, 3, 4)",
+                        dims + ["(2, 3, 4)"])
+    _expect_value_error(recall_at_k, np.int64(5), np.int64(5), 1, "two single ids (0-D), not arrays of rows",
+                        dims + ["()"])
 
 
 @check(LAB, "agrees with the definition on random cases")

@@ -1,4 +1,4 @@
-"""Exercise checks: a job queue on Redis that loses nothing when a worker dies (chapter 4.04).
+"""Exercise checks: a job queue on Redis that loses nothing when a worker dies (chapter 4.04; topic A3).
 
 The learner writes three functions over a real Redis (`ailab.services.start_redis()`, started once per
 process by these checks; every check uses its own keys):
@@ -13,34 +13,32 @@ process by these checks; every check uses its own keys):
 
 The checks are derived from what each function must guarantee:
   claim: FIFO; the job is in `processing` (newest claimed on the left) and gone from `queue`; the queue
-      argument is used (two queues); an empty queue gives None within a second or two; draining gives each
+      argument is used (two queues); an empty queue gives None within a second or two; an empty job (b'') is
+      returned as b'', not None, and a job that is not UTF-8 comes back as the bytes it is; draining gives each
       job once; a worker that dies after any number of its Redis calls loses no job (atomic move).
   ack: removes the given job (not the oldest, not all), exactly one copy of a duplicate, leaves the queue
       and the order of the rest alone; acking a job that is not there is harmless.
-  reclaim: returns the count (0 for nothing held, an int); `processing` ends empty; the reclaimed jobs are
+  reclaim: returns the count (0 for nothing held, an int); `processing` ends empty, an empty job included; the
+      reclaimed jobs are
       claimed next in their old order, before jobs that were still queued; no job is lost or duplicated even
       if the reclaimer dies part-way; end to end, a worker that claims and dies loses nothing.
 """
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import check, expect, shared, within_time
 
 LAB = "ex_reliable_queue"
-_server = None
 
 
 def redis_client():
     """A client of this process's Redis for the checks (started on first use, stopped at exit)."""
-    global _server
     from ailab import services
 
-    if _server is None or _server.proc.poll() is not None:
-        _server = services.start_redis()
-    return _server.client(socket_timeout=10)
+    server = shared("redis", services.start_redis, alive=lambda s: s.proc.poll() is None)
+    return server.client(socket_timeout=10)
 
 
 def keys(tag: str = "ex") -> tuple[str, str]:
@@ -62,23 +60,9 @@ def _push(r, queue, jobs):
 
 
 def _timed(fn, *args, limit_s=3.0, what=""):
-    box = {}
-
-    def target():
-        try:
-            box["out"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True, name="ailab-ex-queue")
-    t.start()
-    t.join(limit_s)
-    if t.is_alive():
-        expect(False, f"{what} did not return within {limit_s:.0f} s: a worker must be able to poll an empty queue "
-                      "and get None (a blocking move needs a timeout; 0 means wait forever)")
-    if "error" in box:
-        raise box["error"]
-    return box.get("out")
+    return within_time(lambda: fn(*args), limit_s,
+                       f"{what} did not return within {limit_s:.0f} s: a worker must be able to poll an empty queue "
+                       "and get None (a blocking move needs a timeout; 0 means wait forever)", name="ailab-ex-queue")
 
 
 class Died(ConnectionError):
@@ -129,6 +113,17 @@ def check_claim(claim):
            "claim() from a second queue into a second processing list: use the queue and processing arguments")
     expect(_list(r, queue) == ["job-3"], "claiming from another queue must not touch this one")
     expect(_s(claim(r, queue, processing)) == "job-3", "the third claim should return job-3")
+    odd_q, odd_p = keys("claim-odd")
+    r.lpush(odd_q, b"", b"\x80\xff binary")              # an empty job, then one that is not UTF-8
+    first = claim(r, odd_q, odd_p)
+    expect(first is not None and bytes(first.encode() if isinstance(first, str) else first) == b"",
+           f"the oldest job is the empty string b''; claim() returned {first!r}. An empty job is still a job: test the "
+           "reply with `is None`, not by its truth value")
+    second = claim(r, odd_q, odd_p)
+    expect(second == b"\x80\xff binary", f"a job is bytes, and need not be text: claim() should return "
+                                          f"b'\\x80\\xff binary' as Redis gave it; got {second!r}")
+    expect(r.llen(odd_q) == 0 and r.lrange(odd_p, 0, -1) == [b"\x80\xff binary", b""],
+           f"both odd jobs should now be in processing; it holds {r.lrange(odd_p, 0, -1)}")
     t0 = time.monotonic()
     out = _timed(claim, r, queue, processing, what="claim() on an empty queue")
     expect(out is None, f"claim() on an empty queue should return None; got {out!r}")
@@ -201,6 +196,13 @@ def check_reclaim(claim, reclaim):
                                 f"are claimed next, in their old order {jobs[:3]}; the next claims returned {nxt[:3]}")
     expect(nxt[3:] == jobs[3:], f"after the reclaimed jobs, the ones still queued follow in order {jobs[3:]}; got "
                                 f"{nxt[3:]}")
+    q3, p3 = keys("reclaim-empty-job")
+    r.rpush(p3, "k-3", "", "k-1")                        # an empty job in the middle of what the worker held
+    out = reclaim(r, p3, q3)
+    expect(out == 3 and r.llen(p3) == 0 and sorted(r.lrange(q3, 0, -1)) == [b"", b"k-1", b"k-3"],
+           f"the dead worker held 'k-3', '' (an empty job) and 'k-1': reclaim() should move all 3 and return 3; it "
+           f"returned {out!r}, leaving {r.lrange(p3, 0, -1)} in processing - loop until the move returns None "
+           "(`is None`), not until it returns something false")
     q2, p2 = keys("reclaim-args")
     r.rpush(p2, "z-2", "z-1")
     expect(reclaim(r, p2, q2) == 2 and _list(r, q2) == ["z-2", "z-1"] and r.llen(p2) == 0,

@@ -1,4 +1,4 @@
-"""Exercise checks: how many replicas a target load needs (chapter 4.05, outgrowing one machine).
+"""Exercise checks: how many replicas a target load needs (chapter 4.05, outgrowing one machine; topic A7).
 
 The learner writes
   replicas_needed(target_rps, per_replica_rps, headroom=0.3, max_replicas=None) -> int
@@ -13,27 +13,38 @@ The checks are derived from what the function must guarantee:
     division lands a hair above n (21 / 10 / 0.7 = 3.0000000000000004); a hair more needs n + 1;
   - at least one replica, even for a target of 0;
   - max_replicas: n == max_replicas is allowed, one more is a ValueError whose message holds the number
-    needed (a silent clamp to max_replicas, or returning None, fails); None means no limit;
-  - nonsense (negative or NaN target, per-replica rate <= 0 or NaN, headroom outside [0, 1)) is a ValueError
-    that names the argument, not a ZeroDivisionError, a negative count or a silent answer;
+    needed (a silent clamp to max_replicas, or returning None, fails); None means no limit, and 0 is a limit
+    (every target needs at least one replica), not "no limit";
+  - nonsense (a negative, NaN or infinite target, a per-replica rate <= 0, NaN or infinite, a headroom outside
+    [0, 1) or NaN) is a ValueError that names the argument, not a ZeroDivisionError, an OverflowError, a
+    negative count or a silent answer;
+  - numbers as numpy gives them (np.float64, np.int64) are numbers: the answer is still a plain int;
   - the direction: more headroom or more load never needs fewer replicas.
 """
 from __future__ import annotations
 
 import math
 
-from ailab.labs.core import check, expect
+import numpy as np
+
+from ailab.labs.core import LabCheckFailed, check, expect, within_time
 
 LAB = "ex_replicas"
 
 
-def _call(fn, *args, **kwargs):
+def _call(fn, *args, why="", **kwargs):
     shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-    return fn(*args, **kwargs), f"replicas_needed({shown})"
+    call = f"replicas_needed({shown})"
+    try:
+        return fn(*args, **kwargs), call
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+        raise LabCheckFailed(f"{call} raised {type(e).__name__}: {e}" + (f" - {why}" if why else "")) from e
 
 
 def _expect_n(fn, want, *args, why="", **kwargs):
-    got, call = _call(fn, *args, **kwargs)
+    got, call = _call(fn, *args, why=why, **kwargs)
     expect(isinstance(got, int) and not isinstance(got, bool),
            f"{call} should return an int (a number of replicas); got {got!r} ({type(got).__name__})")
     expect(got == want, f"{call} should be {want}; got {got}" + (f" - {why}" if why else ""))
@@ -44,7 +55,10 @@ def _expect_error(fn, must_name, *args, why="", **kwargs):
     shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
     call = f"replicas_needed({shown})"
     try:
-        got = fn(*args, **kwargs)
+        got = within_time(lambda: fn(*args, **kwargs), 2.0,
+                          f"{call} did not return within 2 s: a loop that adds replicas until they cover the target "
+                          f"never ends there - refuse it with a ValueError naming {must_name!r}" +
+                          (f" ({why})" if why else ""), name="ailab-ex-replicas")
     except ValueError as e:
         expect(must_name in str(e), f"{call} raised ValueError({str(e)!r}): good, but the message should name "
                                     f"{must_name!r} so whoever reads it knows what to fix")
@@ -92,8 +106,10 @@ def check_max_replicas(replicas_needed):
     _expect_n(replicas_needed, 15, 1000, 100, max_replicas=40, why="a limit well above the need changes nothing")
     _expect_n(replicas_needed, 1, 0, 100, max_replicas=1)
     _expect_n(replicas_needed, 143, 1_000_000, 10_000, max_replicas=None, why="max_replicas=None means no limit")
+    _expect_n(replicas_needed, 15, np.float64(1000.0), np.int64(100), max_replicas=np.int64(15),
+              why="rates measured with numpy come as np.float64 and np.int64: they are numbers too")
     for args, kwargs, need in [((1000, 100), {"max_replicas": 14}, 15), ((1000, 100, 0.5), {"max_replicas": 19}, 20),
-                               ((1_000_000, 10_000), {"max_replicas": 8}, 143)]:
+                               ((1_000_000, 10_000), {"max_replicas": 8}, 143), ((50, 100), {"max_replicas": 0}, 1)]:
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         call = f"replicas_needed({shown})"
         try:
@@ -105,7 +121,9 @@ def check_max_replicas(replicas_needed):
         except Exception as e:  # noqa: BLE001
             expect(False, f"{call} raised {type(e).__name__}: {e}; beyond max_replicas raise a ValueError")
         expect(False, f"{call} returned {got!r}: the target needs {need} replicas, more than max_replicas - raise a "
-                      "ValueError saying so (a quiet clamp to the limit would leave the service overloaded)")
+                      "ValueError saying so (a quiet clamp to the limit would leave the service overloaded"
+                      + ("; 0 is a limit, not 'no limit': only None means no limit - test `is None`, not truth)"
+                         if kwargs.get("max_replicas") == 0 else ")"))
 
 
 @check(LAB, "nonsense inputs are a ValueError that names the argument")
@@ -113,13 +131,19 @@ def check_nonsense(replicas_needed):
     nan = float("nan")
     _expect_error(replicas_needed, "target_rps", -5, 100, why="a negative load is a mistake upstream")
     _expect_error(replicas_needed, "target_rps", nan, 100, why="NaN compares False with everything: test for it")
+    _expect_error(replicas_needed, "target_rps", float("inf"), 100, why="no number of replicas serves an infinite load")
     _expect_error(replicas_needed, "per_replica_rps", 100, 0, why="a replica that serves nothing")
     _expect_error(replicas_needed, "per_replica_rps", 100, -20)
     _expect_error(replicas_needed, "per_replica_rps", 100, nan, why="NaN compares False with everything")
+    _expect_error(replicas_needed, "per_replica_rps", 100, float("inf"), why="a replica with infinite capacity is a "
+                                                                             "measurement gone wrong")
     _expect_error(replicas_needed, "headroom", 100, 50, 1.0, why="headroom 1 leaves no usable capacity")
     _expect_error(replicas_needed, "headroom", 100, 50, 1.5)
     _expect_error(replicas_needed, "headroom", 100, 50, -0.1, why="negative headroom plans to run replicas past "
                                                                   "their measured capacity")
+    _expect_error(replicas_needed, "headroom", 100, 50, nan, why="NaN compares False with everything: a check "
+                                                                 "written as `headroom < 0 or headroom >= 1` lets it "
+                                                                 "through")
 
 
 @check(LAB, "more load or more headroom never needs fewer replicas")

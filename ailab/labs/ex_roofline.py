@@ -1,4 +1,4 @@
-"""Exercise checks: the roofline - how fast an operation can go, and what limits it (topic H4).
+"""Exercise checks: the roofline - how fast an operation can go, and what limits it (topic H5).
 
 The learner writes
   attainable_gflops(intensity_flop_per_byte, peak_gflops, bandwidth_gb_s)
@@ -12,10 +12,12 @@ The checks are derived from what each function must guarantee:
   attainable_gflops: both sides of the ridge and the ridge itself, intensity 0, the arguments used (other
       machines: a CPU, a GPU whose ridge is far to the right), no unit conversion (GB/s and GFLOP/s in, GFLOP/s
       out), never above the peak; numpy arrays of 1 and 2 dimensions, an empty one and an integer one, returned as
-      arrays of that shape; the input array unchanged.
+      arrays of that shape; the input array unchanged; answers that are not whole numbers (68.5, 837.5, 3.125), so
+      integer arithmetic cannot pass.
   bound: the direction (low intensity is memory-bound), the ridge both ways and at equality, the same op on two
-      machines, raw FLOP and byte counts against GFLOP/s and GB/s (the 1e9 cancels), a true division (7 FLOP over
-      2 bytes is 3.5, not 3), and exactly the two words.
+      machines, raw FLOP and byte counts against GFLOP/s and GB/s (the 1e9 cancels), a true division on both sides
+      (7 FLOP over 2 bytes is 3.5, not 3; 16 over 5 is 3.2 against a ridge of 13 / 4 = 3.25, which a floor division
+      of both makes equal), int arguments, and exactly the two words.
 """
 from __future__ import annotations
 
@@ -55,7 +57,9 @@ def check_attainable_scalar(attainable_gflops):
     peak, bw = CPU["peak_gflops"], CPU["bandwidth_gb_s"]
     for i, label in [(0.5, "left of the ridge: the memory roof"), (1.0, "left of the ridge: the memory roof"),
                      (4.0, "at the ridge point, where both roofs meet"), (8.0, "right of the ridge: the peak"),
-                     (1000.0, "far right of the ridge: the peak"), (0.0, "no FLOPs per byte at all")]:
+                     (1000.0, "far right of the ridge: the peak"), (0.0, "no FLOPs per byte at all"),
+                     (1.37, "left of the ridge, an answer that is not a whole number"),
+                     (3.999, "a hair left of the ridge")]:
         got, want = _scalar(attainable_gflops, i, CPU, f"intensity {i}"), _roof(i, peak, bw)
         expect(np.isclose(got, want), f"intensity {i} FLOP/byte on a machine with peak {peak:g} GFLOP/s and "
                                       f"{bw:g} GB/s ({label}): attainable is {want:g} GFLOP/s; got {got:g}."
@@ -126,6 +130,9 @@ def check_bound(bound):
     got = _bound(bound, 7, 2, {"peak_gflops": 13.0, "bandwidth_gb_s": 4.0}, "7 FLOP over 2 bytes")
     expect(got == "compute", "7 FLOP over 2 bytes is 3.5 FLOP per byte, right of a ridge at 13 / 4 = 3.25: compute-"
                              f"bound; got {got!r} (is a division rounding down somewhere?)")
+    got = _bound(bound, 16, 5, {"peak_gflops": 13, "bandwidth_gb_s": 4}, "16 FLOP over 5 bytes")
+    expect(got == "memory", "16 FLOP over 5 bytes is 3.2 FLOP per byte, left of a ridge at 13 / 4 = 3.25: memory-bound; "
+                            f"got {got!r} (a division rounding down turns both into 3: divide with /, not //)")
     got = _bound(bound, 5e9, 2e9, {"peak_gflops": 60.0, "bandwidth_gb_s": 20.0}, "5 GFLOP over 2 GB")
     expect(got == "memory", "5e9 FLOP over 2e9 bytes is 2.5 FLOP per byte; peak 60 GFLOP/s over 20 GB/s puts the "
                             f"ridge at 3: memory-bound; got {got!r} (the 1e9 of GFLOP/s and of GB/s cancel)")

@@ -15,7 +15,10 @@ The checks are derived from what the function must guarantee:
   False is an ordinary answer; degraded and failed requests count in neither the numerator nor the denominator
   of accuracy (a fallback "unknown" is not a wrong answer, an error is not a right one); zero answered gives NaN
   accuracy (never 1.0 or 0.0, never a ZeroDivisionError); no requests at all; a length mismatch is an error,
-  not a silent truncation; labels as a tuple or a numpy array; the inputs are left as they were.
+  not a silent truncation, also when one side is empty, and its message gives both lengths; labels as a tuple or a
+  numpy array; the inputs are left as they were. A fallback is told by its "degraded" flag, not by its label: the
+  fallback answers "unknown" in one example and the majority label (sometimes right) in another, where the
+  model itself also answers "unknown" once.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import numbers
 
 import numpy as np
 
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import answer, check, expect, refused
 
 LAB = "ex_service_report"
 FIELDS = ("n", "error_rate", "degraded_rate", "accuracy")
@@ -32,12 +35,7 @@ FIELDS = ("n", "error_rate", "degraded_rate", "accuracy")
 
 def _report(service_report, answers, labels, what):
     given = ([dict(a) if isinstance(a, dict) else a for a in answers], list(labels))
-    try:
-        out = service_report(answers, labels)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
-        raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
+    out = answer(service_report, answers, labels, what=what)
     expect(([dict(a) if isinstance(a, dict) else a for a in answers], list(labels)) == given,
            f"{what}: service_report changed the answers or labels it was given; leave them as they are")
     expect(isinstance(out, dict), f"{what}: service_report should return a dict; got {out!r}")
@@ -63,6 +61,15 @@ def _mixed():
     return answers, labels
 
 
+def _majority_fallback():
+    """A fallback configured as the majority label: degraded answers carry a real label, and right ones at that."""
+    fallback = {"label": POS, "degraded": True}
+    answers = [{"label": POS}, dict(fallback), {"label": "unknown"}, dict(fallback), {"label": NEG}, 500,
+               dict(fallback), {"label": POS}]
+    labels = [POS, POS, NEG, NEG, NEG, POS, POS, NEG]
+    return answers, labels
+
+
 @check(LAB, "n, error_rate and degraded_rate, each over every request")
 def check_rates(service_report):
     answers, labels = _mixed()
@@ -74,6 +81,13 @@ def check_rates(service_report):
     expect(_is(out["degraded_rate"], 0.2), f"{what}: 2 of the 10 were answered with a degraded fallback "
                                            f"(\"degraded\": False is an ordinary answer): degraded_rate 0.2; got "
                                            f"{out['degraded_rate']!r}")
+    answers, labels = _majority_fallback()
+    what = ("a fallback that answers the majority label: 3 of 8 requests answered {'label': 'positive', 'degraded': "
+            "True}, and the model itself once answered 'unknown'")
+    out = _report(service_report, answers, labels, what)
+    expect(_is(out["degraded_rate"], 3 / 8), f"{what}: degraded_rate is 3/8 = 0.375 (the \"degraded\" flag says "
+                                             f"which answers are fallbacks, whatever their label); got "
+                                             f"{out['degraded_rate']!r}")
     answers = [{"label": NEG}] * 3 + [504]
     out = _report(service_report, answers, [NEG] * 4, "3 answers and one 504")
     expect(out["n"] == 4 and _is(out["error_rate"], 0.25) and _is(out["degraded_rate"], 0.0),
@@ -91,6 +105,13 @@ def check_accuracy(service_report):
     for kind, lab in [("a tuple", tuple(labels)), ("a numpy array", np.array(labels))]:
         out = _report(service_report, answers, lab, f"labels as {kind}")
         expect(_is(out["accuracy"], 0.8), f"labels as {kind}: accuracy should still be 0.8; got {out['accuracy']!r}")
+    answers, labels = _majority_fallback()
+    what = ("a fallback that answers the majority label ('positive', degraded: True) for 3 of 8 requests, two of "
+            "them right by luck; the model answered 4, 2 of them right ('unknown' once, wrong)")
+    out = _report(service_report, answers, labels, what)
+    expect(_is(out["accuracy"], 0.5), f"{what}: accuracy over the model's 4 ordinary answers is 2/4 = 0.5; got "
+                                      f"{out['accuracy']!r} - tell a fallback by its \"degraded\" flag, not by its "
+                                      "label, and leave it out even when it happens to be right")
     out = _report(service_report, [{"label": POS}], [POS], "one right answer")
     expect(_is(out["accuracy"], 1.0) and out["n"] == 1, f"one request, answered right: accuracy 1.0, n 1; got {out}")
     out = _report(service_report, [{"label": NEG}, {"label": NEG}], [POS, POS], "two wrong answers")
@@ -111,15 +132,12 @@ def check_edges(service_report):
     expect(all(math.isnan(out[k]) for k in FIELDS[1:]),
            f"no requests: there is no rate of anything; error_rate, degraded_rate and accuracy should be NaN; got "
            f"{out}")
-    for answers, labels in [([{"label": POS}, 503], [POS]), ([{"label": POS}], [POS, NEG])]:
+    for answers, labels in [([{"label": POS}, 503], [POS]), ([{"label": POS}], [POS, NEG]), ([], [POS]),
+                            ([503], []), ([], np.array([POS, NEG]))]:
         what = f"{len(answers)} answers and {len(labels)} labels"
-        try:
-            out = service_report(answers, labels)
-        except ValueError:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
-            expect(False, f"{what}: raised {type(e).__name__}: {e}; raise ValueError naming both lengths")
-        expect(False, f"{what}: the lengths differ, so the answers cannot be matched to their labels: raise "
-                      f"ValueError; it returned {out!r}")
+        e = refused(service_report, answers, labels, what=what,
+                    should="the lengths differ, so the answers cannot be matched to their labels: raise ValueError "
+                           "naming both lengths (check the lengths before anything else, the empty case too)")
+        expect(str(len(answers)) in str(e) and str(len(labels)) in str(e),
+               f"{what}: a ValueError, good, but its message {str(e)!r} should give both lengths, "
+               f"{len(answers)} and {len(labels)}, so whoever reads it knows which side is short")

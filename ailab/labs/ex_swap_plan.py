@@ -14,12 +14,13 @@ The checks are derived from what the function must guarantee:
   versions counted (old and new, a new version bigger or smaller than the old); least recently used first,
   skipping `swapping` wherever it sits, stopping as soon as it fits (not the biggest first, not everything);
   budget and new_bytes are used; a refusal is a SwapRefusedError (not another type, not a return value),
-  also when the other models alone would fit, and old + new == budget is accepted after evicting everything
+  also when the other models alone would fit and for a first load larger than the whole budget, and its
+  message gives the sizes (old, new, budget); old + new == budget is accepted after evicting everything
   else; a first load; the list it was given is left as it was; returns the names, in eviction order.
 """
 from __future__ import annotations
 
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import LabCheckFailed, check, expect, refused
 
 LAB = "ex_swap_plan"
 MB = 2**20
@@ -101,24 +102,30 @@ def check_lru(swap_plan):
                             "given")
 
 
-@check(LAB, "refuses with SwapRefusedError when old + new cannot fit")
+def _names(message: str, n_bytes: int) -> bool:
+    """Whether `message` gives a size of n_bytes: in bytes, or in MiB or GiB (whole or to one decimal)."""
+    spellings = {str(n_bytes), f"{n_bytes:,}", f"{n_bytes / MB:g}", f"{n_bytes / MB:.1f}", f"{n_bytes / 2**30:.1f}",
+                 f"{n_bytes / 2**30:g}"}
+    return any(s in message for s in spellings)
+
+
+@check(LAB, "refuses with SwapRefusedError when old + new cannot fit, naming the sizes")
 def check_refuses(swap_plan):
-    refused = _refused_error()
-    for loaded, new_bytes, budget in [([("a", 100 * MB), ("x", 300 * MB)], 400 * MB, 600 * MB),
-                                      ([("x", 300 * MB)], 300 * MB, 600 * MB - 1)]:
-        what = _case(loaded, "x", new_bytes, budget)
-        try:
-            out = swap_plan(list(loaded), "x", new_bytes, budget)
-        except refused:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
-            expect(False, f"{what}: raised {type(e).__name__}: {e}; raise ailab.server.registry.SwapRefusedError "
-                          "(the server turns exactly that into 409, and the old version keeps serving)")
-        else:
-            expect(False, f"{what}: old + new = {(300 * MB + new_bytes) // MB} MiB exceed the budget even with "
-                          f"everything else evicted: raise SwapRefusedError; it returned {out!r}")
+    for loaded, swapping, new_bytes, budget in [([("a", 100 * MB), ("x", 300 * MB)], "x", 400 * MB, 600 * MB),
+                                                ([("x", 300 * MB)], "x", 300 * MB, 600 * MB - 1),
+                                                ([("a", 100 * MB), ("b", 50 * MB)], "c", 900 * MB, 800 * MB)]:
+        what = _case(loaded, swapping, new_bytes, budget)
+        old = dict(loaded).get(swapping, 0)
+        why = (f"old + new = {(old + new_bytes) / MB:g} MiB exceed the budget even with everything else evicted"
+               if old else f"a first load of {new_bytes // MB} MiB is more than the whole budget")
+        e = refused(swap_plan, list(loaded), swapping, new_bytes, budget, error=_refused_error(), what=what,
+                    should=f"{why}: raise ailab.server.registry.SwapRefusedError (the server turns exactly that into "
+                           "409, and the old version keeps serving)")
+        sizes = [("the new version", new_bytes), ("the budget", budget)] + ([("the old version", old)] if old else [])
+        unnamed = [name for name, n in sizes if not _names(str(e), n)]
+        expect(not unnamed, f"{what}: SwapRefusedError, good, but its message {str(e)!r} does not give "
+                            f"{' and '.join(unnamed)}: name the sizes, so whoever reads the 409 knows how far over "
+                            "the budget the swap is")
     loaded = [("a", 100 * MB), ("x", 300 * MB), ("b", 200 * MB)]
     what = _case(loaded, "x", 300 * MB, 600 * MB)
     out = _plan(swap_plan, loaded, "x", 300 * MB, 600 * MB, what)

@@ -10,16 +10,18 @@ The learner writes one function:
 
 The checks are derived from what the function must guarantee, on files they craft:
   a trusted file loads: the same tensors come back (not the bytes, not None); an upper-case digest is the
-      same digest; the file (2.5 MiB) spans several chunks, so hashing only the first one fails; a str path works.
+      same digest; the file (13.3 MiB) is larger than any single read the large-file check allows, so hashing
+      only the first read fails one check or the other; a str path works.
   a mismatch is refused before parsing: a pickle whose unpickling calls a tripwire function, with a digest
       that does not match, must raise WeightsIntegrityError and leave the tripwire untouched (a loader that
       parses first - pickle, torch.load with weights_only=False, or torch.load with weights_only=True whose
       UnpicklingError comes first - fails); the message names the file, the file's actual SHA-256 and the
       expected one; a digest that differs in its last character only, and an empty digest, are refused
-      (a prefix or substring comparison fails); the wrong exception type fails.
+      (a prefix or substring comparison fails); the wrong exception type fails; a str path is refused the same
+      way, its message still naming the file (not an AttributeError from `path.name`).
   weights_only: the same tripwire pickle with its own, matching digest (the attacker shipped both) must
       still be refused and the tripwire must not fire.
-  a missing file raises (not None, not an empty dict) an error naming it; a 32 MiB file with a wrong
+  a missing file, as a Path and as a str, raises (not None, not an empty dict) an error naming it; a 32 MiB file with a wrong
       digest is hashed in chunks: Python's peak allocation while checking it stays under 12 MiB (reading
       the whole file first fails).
 """
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import check, expect, refused, shared
 from ailab.models import WeightsIntegrityError
 from ailab.scratch import scratch_dir
 
@@ -63,13 +65,22 @@ def _workdir() -> Path:
     return scratch_dir("ailab-ex-verify-")
 
 
-def _trusted_file(folder: Path) -> tuple[Path, dict]:
-    # 2.5 MiB: larger than one read of a typical chunk size, so every chunk has to reach the hash
-    state = {"weight": torch.arange(640 * 1024, dtype=torch.float32).reshape(640, 1024),
-             "bias": torch.tensor([0.5, -1.0, 2.0])}
-    path = folder / "model.pt"
-    torch.save(state, path)
-    return path, state
+def _trusted_state() -> dict:
+    # 13.3 MiB: larger than the 12 MiB the large-file check allows at the peak, so no single read covers it and
+    # passes that check too: every chunk has to reach the hash
+    return {"weight": torch.arange(3400 * 1024, dtype=torch.float32).reshape(3400, 1024),
+            "bias": torch.tensor([0.5, -1.0, 2.0])}
+
+
+def _trusted_file(folder: Path | None = None) -> tuple[Path, dict]:
+    """The trusted file (written once per process unless `folder` is given) and the state dict it holds."""
+    def write(where: Path) -> Path:
+        torch.save(_trusted_state(), where / "model.pt")
+        return where / "model.pt"
+
+    path = write(folder) if folder is not None else shared("ex_verify_then_load-trusted", lambda: write(_workdir()),
+                                                           alive=lambda p: p.is_file())
+    return path, _trusted_state()
 
 
 def _evil_file(folder: Path, note: str) -> Path:
@@ -85,7 +96,7 @@ def _same_state(got, want) -> bool:
 
 @check(LAB, "a file whose hash matches loads (upper-case hex too)")
 def check_loads_trusted_file(verify_then_load):
-    path, state = _trusted_file(_workdir())
+    path, state = _trusted_file()
     digest = _sha(path)
     for expected, what in [(digest, "its lower-case hex digest"), (digest.upper(), "its digest in upper case")]:
         out = verify_then_load(path, expected)
@@ -94,7 +105,7 @@ def check_loads_trusted_file(verify_then_load):
                                                         "parse them with torch.load(..., weights_only=True) and "
                                                         "return the state dict")
         expect(_same_state(out, state), f"verify_then_load(path, {what}) should return the saved state dict "
-                                        f"{{'weight': (640, 1024) tensor, 'bias': (3,) tensor}}; got {out!r:.200}")
+                                        f"{{'weight': (3400, 1024) tensor, 'bias': (3,) tensor}}; got {out!r:.200}")
     out = verify_then_load(str(path), digest)
     expect(_same_state(out, state), "the path may also be a str: verify_then_load(str(path), digest) should load it")
 
@@ -138,7 +149,11 @@ def check_refuses_mismatch(verify_then_load):
                                       f"{message!r:.300}")
     expect(wrong in message.lower(), f"the error should give the expected SHA-256 ({wrong[:12]}...); its message is "
                                      f"{message!r:.300}")
-    good, _ = _trusted_file(folder)
+    err = _expect_integrity_error(verify_then_load, str(path), wrong, "the same file and digest, its path given as a "
+                                                                      "str (what a config file holds)")
+    expect(path.name in str(err), f"with a str path, the error should still name the file ({path.name}); its "
+                                  f"message is {str(err)!r:.300}")
+    good, _ = _trusted_file()
     digest = _sha(good)
     last = "0" if digest[-1] != "0" else "1"
     _expect_integrity_error(verify_then_load, good, digest[:-1] + last, "a digest that differs from the file's in its "
@@ -177,19 +192,13 @@ def check_weights_only(verify_then_load):
 def check_missing_and_large(verify_then_load):
     folder = _workdir()
     missing = folder / "no-such-model.pt"
-    try:
-        out = verify_then_load(missing, "0" * 64)
-    except NotImplementedError:
-        raise
-    except (FileNotFoundError, WeightsIntegrityError) as e:
-        expect(missing.name in str(e), f"a missing file should raise an error naming it ({missing.name}); its "
-                                       f"message is {str(e)!r:.200}")
-    except Exception as e:  # noqa: BLE001
-        expect(False, f"a missing file should raise FileNotFoundError or WeightsIntegrityError naming it; your code "
-                      f"raised {type(e).__name__}: {e}")
-    else:
-        expect(False, f"verify_then_load on a missing file returned {out!r:.80}: raise, so that a server does not "
-                      "start without its weights")
+    for given in (missing, str(missing)):
+        what = f"a missing file, its path given as a {'str' if isinstance(given, str) else 'Path'}"
+        e = refused(verify_then_load, given, "0" * 64, error=(FileNotFoundError, WeightsIntegrityError), what=what,
+                    should="raise FileNotFoundError or WeightsIntegrityError naming it, so that a server does not "
+                           "start without its weights")
+        expect(missing.name in str(e), f"{what} should raise an error naming it ({missing.name}); its message is "
+                                       f"{str(e)!r:.200}")
     big = folder / "large.bin"
     size = 32 * 2**20
     with open(big, "wb") as f:

@@ -11,7 +11,7 @@ The last check replays an overload (requests arrive twice as fast as they are se
 a version that lets the queue, and with it every request's wait, grow without bound.
 
 The checks are derived from what each function must guarantee:
-  admit: accepts while len(queue) < max_queue and refuses at len == max_queue, for several bounds (1 included)
+  admit: accepts while len(queue) < max_queue and refuses at len == max_queue, for several bounds (1 and 0 included)
       and for a queue that already held requests (count the queue, not your own admissions); a refusal is a
       QueueFullError (not another type, not a return value), comes at once (a version that waits for room
       fails instead of hanging) and leaves the queue exactly as it was; an accepted request is the same
@@ -24,7 +24,6 @@ The checks are derived from what each function must guarantee:
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import NamedTuple
@@ -32,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ailab.batching import QueueFullError
-from ailab.labs.core import check, expect
+from ailab.labs.core import check, expect, within_time
 
 LAB = "lab_admission_control"
 
@@ -89,6 +88,11 @@ def check_bound(admit):
     expect([r.id for r in accepted] == [0, 1], f"a queue that already holds 5 requests has room for 2 more under "
                                                f"max_queue=7; accepted {[r.id for r in accepted]}: count what is in "
                                                "the queue (len), not what your function admitted")
+    queue = deque()
+    accepted, _ = _admit_all(admit, queue, [Request(0, 100.0), Request(1, 100.0)], max_queue=0)
+    expect(accepted == [] and len(queue) == 0, f"max_queue=0 is a queue with no room (a server draining before it "
+                                               f"stops): refuse every request; accepted {_ids(accepted)}. 0 is a "
+                                               "bound like any other, not 'no bound'")
     queue = deque(Request(100 + i, 100.0) for i in range(5))     # the bound was lowered while 5 waited
     accepted, _ = _admit_all(admit, queue, [Request(0, 100.0)], max_queue=3)
     expect(accepted == [] and len(queue) == 5, f"a queue that already holds 5 requests is over max_queue=3: admit() "
@@ -98,24 +102,11 @@ def check_bound(admit):
 
 def _admit_bounded_time(admit, queue, request, max_queue, limit_s=2.0):
     """Call admit in a thread: a version that waits for room fails with a message instead of hanging."""
-    box = {}
-
-    def target():
-        try:
-            box["out"] = admit(queue, request, max_queue)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True, name="ailab-lab-admit")
-    t.start()
-    t.join(limit_s)
-    if t.is_alive():
-        queue.clear()                      # give a waiting admit() its room, so its thread can end
-        expect(False, f"admit() into a full queue (max_queue={max_queue}) did not return within {limit_s:.0f} s: it "
-                      "waits for room. Refuse at once: nothing frees room while the caller is blocked")
-    if "error" in box:
-        raise box["error"]
-    return box.get("out")
+    return within_time(lambda: admit(queue, request, max_queue), limit_s,
+                       f"admit() into a full queue (max_queue={max_queue}) did not return within {limit_s:.0f} s: it "
+                       "waits for room. Refuse at once: nothing frees room while the caller is blocked",
+                       unstick=queue.clear,   # give a waiting admit() its room, so its thread can end
+                       name="ailab-lab-admit")
 
 
 @check(LAB, "refuses with QueueFullError, and admits again once there is room")

@@ -27,13 +27,12 @@ hanging the notebook.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import numpy as np
 
 from ailab.batching import run_sync
-from ailab.labs.core import check, expect
+from ailab.labs.core import check, expect, within_time
 
 LAB = "lab_batch_loop"
 LIMIT_S = 3.0
@@ -41,8 +40,8 @@ AT_ONCE_S = 0.5          # "at once" on a loaded 2-core machine: generous, a rea
 LATE_S = 0.7             # how late a window may close on a loaded machine
 
 
-class _Blocked(Exception):
-    pass
+class _Forever(Exception):
+    """collect_batch was still waiting when the time limit passed."""
 
 
 def _collect(collect_batch, feed, max_batch_size: int, max_wait_s: float) -> dict:
@@ -62,7 +61,7 @@ def _collect(collect_batch, feed, max_batch_size: int, max_wait_s: float) -> dic
         try:
             batch = await asyncio.wait_for(collect_batch(queue, max_batch_size, max_wait_s), LIMIT_S)
         except asyncio.TimeoutError:
-            raise AssertionError("timeout") from None
+            raise _Forever from None
         finally:
             feeder.cancel()
         took, cpu = time.monotonic() - t0, time.thread_time() - c0
@@ -71,32 +70,22 @@ def _collect(collect_batch, feed, max_batch_size: int, max_wait_s: float) -> dic
             left.append(queue.get_nowait())
         return {"batch": batch, "took": took, "left": left, "cpu": cpu}
 
-    def target():
-        try:
-            box["result"] = asyncio.run(main())
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=target, name="ailab-lab-collect", daemon=True)
-    thread.start()
-    thread.join(LIMIT_S + 2.0)
-    if thread.is_alive():
+    def unstick():
         queue = box.get("queue")
-        if queue is not None:                      # unstick a loop that polls with time.sleep: it may finish
+        if queue is not None:                      # a loop that polls with time.sleep may finish
             for i in range(max(1, min(int(max_batch_size), 10_000))):
                 queue._queue.append(("unblock", i))
-        expect(False, f"collect_batch blocked the event loop for more than {LIMIT_S + 2:.0f} s (max_wait_s="
-                      f"{max_wait_s}): while it waits, no other coroutine can run - not even the one that puts "
-                      "items in the queue. Wait by awaiting (queue.get(), asyncio.wait_for), never with "
-                      "time.sleep() or a loop that does not await.")
-    if "error" in box:
-        e = box["error"]
-        if isinstance(e, AssertionError) and str(e) == "timeout":
-            expect(False, f"collect_batch did not return within {LIMIT_S:.0f} s although max_wait_s={max_wait_s}: "
-                          "it waits forever. Stop when max_wait_s has passed since the first item, even if the "
-                          "batch is not full (wait with a timeout: what is left of the window).")
-        raise e
-    res = box["result"]
+
+    try:
+        res = within_time(lambda: asyncio.run(main()), LIMIT_S + 2.0,
+                          f"collect_batch blocked the event loop for more than {LIMIT_S + 2:.0f} s (max_wait_s="
+                          f"{max_wait_s}): while it waits, no other coroutine can run - not even the one that puts "
+                          "items in the queue. Wait by awaiting (queue.get(), asyncio.wait_for), never with "
+                          "time.sleep() or a loop that does not await.", unstick=unstick, name="ailab-lab-collect")
+    except _Forever:
+        expect(False, f"collect_batch did not return within {LIMIT_S:.0f} s although max_wait_s={max_wait_s}: "
+                      "it waits forever. Stop when max_wait_s has passed since the first item, even if the "
+                      "batch is not full (wait with a timeout: what is left of the window).")
     expect(isinstance(res["batch"], list), f"collect_batch should return a list of items, got "
                                            f"{type(res['batch']).__name__}")
     return res

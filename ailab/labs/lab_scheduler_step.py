@@ -19,9 +19,20 @@ The checks are derived from what the step must guarantee:
   preemption) and each step decodes every running request in one call; a long request at the head of the queue
   is not overtaken forever by short ones; a request of one token finishes after its prefill; a pool too small
   for everyone preempts instead of failing.
+Greedy tokens come out the same whatever the policy, so the policy is checked step by step (a snapshot before
+each step, judged after it):
+  admission: the requests admitted are the head of the queue, in order, and at least as many as the free seats
+      and free blocks allowed: a seat freed while others still run is filled at the next step (static batching,
+      which waits for the whole batch to end, and one admission per step both fail);
+  preemption: every request sent back is newer than every request still running, goes back to the front of the
+      queue (oldest of them first, ahead of those already waiting), and no more are sent back than needed (the
+      step does not end with enough free blocks for the oldest of them to have kept running);
+  tokens per step: every running request gets exactly one new token per step, two in the step that admits it
+      (the prefill's and the decode's): none left out of the decode, none given two.
 """
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 import torch
@@ -29,20 +40,12 @@ import torch
 from ailab.generation.decode import next_token
 from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
 from ailab.generation.scheduler import FINISHED, RUNNING, Request
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import LabCheckFailed, check, expect, tiny_decoder, torch_threads
 
 LAB = "lab_scheduler_step"
 
-_MODEL = {}
-
-
 def model():
-    if "m" not in _MODEL:
-        from ailab.generation import Decoder
-        from ailab.models import tiny_gpt
-
-        _MODEL["m"] = Decoder(tiny_gpt("1m", seed=5))
-    return _MODEL["m"]
+    return tiny_decoder(5)
 
 
 class BudgetViolation(LabCheckFailed):
@@ -133,9 +136,16 @@ def _requests(spec, seed=0):
 
 
 def _expected(req):
+    """One-at-a-time greedy generation of `req`, the oracle (kept: every check asks for the same requests)."""
+    return list(_greedy(tuple(req.prompt), req.max_new_tokens))
+
+
+@functools.cache
+@torch_threads(1)
+def _greedy(prompt: tuple, n: int) -> tuple:
     from ailab.generation import generate
 
-    return generate(model(), torch.tensor([req.prompt]), req.max_new_tokens)[0].tolist()
+    return tuple(generate(model(), torch.tensor([prompt]), n)[0].tolist())
 
 
 def _held_matches_running(state: EngineState, what: str) -> None:
@@ -149,21 +159,112 @@ def _held_matches_running(state: EngineState, what: str) -> None:
            f"{what}: {len(state.running)} requests running, max_running is {state.max_running}")
 
 
-def _drive(scheduler_step, state: EngineState, what: str, max_steps: int = 2000, arrivals=None, on_step=None):
+class _Before:
+    """What the state held when a step began: enough to judge what the step chose."""
+
+    def __init__(self, state: EngineState):
+        self.running = [r.id for r in state.running if r.id not in state.cancelled]
+        self.queue = [r for r in state.waiting if r.id not in state.cancelled]      # oldest first
+        self.outputs = {r.id: len(r.output) for r in list(state.running) + list(state.waiting)}
+        self.free = len(state.blocks.free_blocks) + sum(len(state.blocks.tables.get(r.id, ())) for r in state.running
+                                                        if r.id in state.cancelled)
+        self.prefills, self.decodes = len(state.prefills), len(state.decodes)
+
+    def admitted(self, state: EngineState) -> list[int]:
+        """The waiting requests this step prefilled, in the order it did."""
+        queued, out = {r.id for r in self.queue}, []
+        for rid, _ in state.prefills[self.prefills:]:
+            if rid in queued and rid not in out:
+                out.append(rid)
+        return out
+
+
+@torch_threads(1)
+def _drive(scheduler_step, state: EngineState, what: str, max_steps: int = 2000, arrivals=None, judges=()):
+    """Run steps until every request is done; after each step, `judge(before, state, what)` for each of `judges`."""
     arrivals = dict(arrivals or {})
     while not state.idle or arrivals:
         for r in arrivals.pop(state.steps, []):
             state.submit(r)
-        if on_step:
-            on_step(state)
-        before = len(state.decodes)
+        before = _Before(state)
         scheduler_step(state)
         state.steps += 1
-        expect(len(state.decodes) - before <= 1,
-               f"{what}: step {state.steps} called decode {len(state.decodes) - before} times; one call decodes every "
-               "running request at once")
+        expect(len(state.decodes) - before.decodes <= 1,
+               f"{what}: step {state.steps} called decode {len(state.decodes) - before.decodes} times; one call "
+               "decodes every running request at once")
         _held_matches_running(state, what)
+        for judge in judges:
+            judge(before, state, what)
         expect(state.steps <= max_steps, f"{what}: not done after {max_steps} steps; does every step make progress?")
+
+
+def _judge_admission(before: _Before, state: EngineState, what: str) -> None:
+    """Oldest first, and every seat filled that can be: a request that fits is not left waiting for the running
+    ones to finish (that is static batching)."""
+    admitted, queue = before.admitted(state), [r.id for r in before.queue]
+    expect(admitted == queue[:len(admitted)],
+           f"{what}, step {state.steps}: the queue was {queue} (oldest first) and your step admitted {admitted}: "
+           "admit from the head of the queue, in order")
+    seats, free, fits = state.max_running - len(before.running), before.free, []
+    for r in before.queue[:max(seats, 0)]:
+        need = state.blocks.blocks_for(len(r.prompt) + before.outputs[r.id])
+        if need > free:
+            break
+        free -= need
+        fits.append(r.id)
+    expect(len(admitted) >= len(fits),
+           f"{what}, step {state.steps}: the step began with {seats} free seat(s) of {state.max_running}, "
+           f"{before.free} free blocks and requests {fits} at the head of the queue, all fitting; your step admitted "
+           f"{admitted or 'nobody'} while requests {before.running} ran. Fill a freed seat at once, while the others "
+           "still run (continuous batching): waiting for the running batch to finish first is static batching")
+
+
+def _judge_preemption(before: _Before, state: EngineState, what: str, seen: list | None = None) -> None:
+    """A preempted request is the newest running one, and goes back to the front of the queue; each one seen is
+    appended to `seen`."""
+    last = {rid: i for i, (rid, _) in enumerate(state.prefills)}          # when each request was last admitted
+    candidates = set(before.running) | set(before.admitted(state))
+    waiting = [r.id for r in state.waiting]
+    preempted = [rid for rid in waiting if rid in candidates]
+    if not preempted:
+        return
+    if seen is not None:
+        seen.extend(preempted)
+    newer = [(p, r.id) for p in preempted for r in state.running if last.get(r.id, -1) > last.get(p, -1)]
+    expect(not newer,
+           f"{what}, step {state.steps}: your step preempted request {newer[0][0] if newer else ''} while request "
+           f"{newer[0][1] if newer else ''}, admitted after it, kept running. Preempt the NEWEST running request (the "
+           "last admitted, at the end of state.running): it has done the least work, so recomputing it costs least, "
+           "and the oldest keep their progress")
+    victims = sorted(preempted, key=lambda rid: last.get(rid, -1))
+    expect(waiting[:len(victims)] == victims,
+           f"{what}, step {state.steps}: preempted request(s) {victims} should be at the FRONT of the queue, ahead of "
+           f"those that were already waiting (it was admitted before them); the queue is {waiting}. Put a preempted "
+           "request back with state.waiting.appendleft(...)")
+    oldest = state.waiting[0]
+    need = state.blocks.blocks_for(len(oldest.prompt) + len(oldest.output) + 1)
+    expect(len(state.blocks.free_blocks) < need,
+           f"{what}, step {state.steps}: your step preempted requests {victims} and ended with "
+           f"{len(state.blocks.free_blocks)} blocks free, enough for request {oldest.id} to have kept running ({need} "
+           "blocks with its next slot). Preempt one request at a time, newest first, and only until the request short "
+           "of a slot has one")
+
+
+def _judge_step_tokens(before: _Before, state: EngineState, what: str) -> None:
+    """Each step gives every running request one token: two in the step that admits it (its prefill's and the
+    decode's), never none, never more."""
+    admitted = set(before.admitted(state))
+    for r in state.running:
+        grew, want = len(r.output) - before.outputs.get(r.id, 0), 2 if r.id in admitted else 1
+        if grew < want and r.id in admitted:
+            hint = (f"it was admitted (prefilled) in this step but left out of the step's decode: decode EVERY running "
+                    "request, the ones just admitted too")
+        elif grew < want:
+            hint = "it was running and left out of the step's decode: one decode call takes every running request"
+        else:
+            hint = "a step gives each running request one token (its slot from blocks.append, then the one decode call)"
+        expect(grew == want, f"{what}, step {state.steps}: request {r.id} got {grew} new token(s), it should get "
+                             f"{want}: {hint}")
 
 
 @check(LAB, "the tokens: a mixed trace gives one-at-a-time greedy tokens")
@@ -261,3 +362,47 @@ def check_no_starvation(scheduler_step):
            f"the long request finished {'at position ' + str(order.index(99)) if 99 in order else 'never'} of "
            f"{len(order)}: oldest first means that when the head of the queue does not fit, nobody behind it "
            "jumps ahead")
+
+
+# A mixed trace for the policy checks: (prompt tokens, new tokens), so that requests finish at different steps;
+# the 34-token one needs 5 of the 8 blocks of check_continuous, so it waits at the head now and then.
+_MIXED = [(5, 3), (7, 16), (3, 9), (6, 5), (4, 12), (30, 4), (9, 2), (5, 8), (2, 1), (8, 6)]
+
+
+@check(LAB, "continuous: a freed seat is filled at the next step, while the others still run")
+def check_continuous(scheduler_step):
+    state = EngineState(num_blocks=8, block_size=8, max_running=3)
+    reqs = _requests(_MIXED, seed=6)
+    _drive(scheduler_step, state, "ten requests of mixed lengths, three seats, 8 blocks of 8 tokens",
+           arrivals={0: reqs[:6], 5: reqs[6:]}, judges=(_judge_admission,))
+    expect(any(len(d) > 1 for d in state.decodes),
+           "no decode call ever held more than one request: with three seats, requests run together")
+
+
+@check(LAB, "the budget per step: one new token for every running request")
+def check_step_tokens(scheduler_step):
+    state = EngineState(num_blocks=64, block_size=8, max_running=4)
+    reqs = _requests(_MIXED, seed=8)
+    _drive(scheduler_step, state, "ten requests of mixed lengths, four seats",
+           arrivals={0: reqs[:4], 3: reqs[4:7], 9: reqs[7:]}, judges=(_judge_step_tokens,))
+
+
+@check(LAB, "preemption: the newest running request, back at the front of the queue")
+def check_preemption(scheduler_step):
+    # 10 blocks of 4 tokens, three seats: three requests growing to 16, 22 and 22 tokens need 15 blocks, so the
+    # pool runs dry while two more wait for a seat; the oldest is the first short of a slot, and the newest (a
+    # request admitted again after its preemption, too) is preempted three times over the run.
+    state = EngineState(num_blocks=10, block_size=4, max_running=3)
+    reqs = _requests([(4, 12), (4, 18), (8, 14), (4, 6), (3, 5)], seed=7)
+    for r in reqs:
+        state.submit(r)
+    seen: list[int] = []
+    try:
+        _drive(scheduler_step, state, "five requests over 10 blocks of 4 tokens, three seats",
+               judges=(lambda before, st, what: _judge_preemption(before, st, what, seen),))
+    except OutOfBlocks as e:
+        raise LabCheckFailed(f"blocks.append raised OutOfBlocks ({e}) and the step let it escape: preempt the newest "
+                             "running request and try again") from None
+    expect(seen,
+           "the three running requests outgrow the 10 blocks, yet no running request went back to the queue: when "
+           "blocks.append finds no free block, preempt the newest running request")
