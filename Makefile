@@ -10,8 +10,11 @@ export TRANSFORMERS_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
 NBVAL := $(BIN)/pytest -q --durations=25 --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider
+# The notebooks tests/test_gpu_suite.py already runs under nbval (its CPU rehearsal of the GPU suite, with MiniLM's
+# travelling copy): make test's notebook pass does not run them a second time (keep both lists equal; a test does).
+REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_serving/ex_histogram_quantile.ipynb
 
-.PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check
+.PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
 
 ## setup: create .venv if missing and install the pinned package, its tools and the offline data
 setup: $(STAMP)
@@ -50,10 +53,10 @@ lab: setup
 
 ## test: unit tests, every notebook and solution (nbval), and the lab-validity tests
 # Both halves always run, so one failure does not hide another; the target fails if either did.
-test: setup services
+test: setup services gpu-bundle
 	@unit=0; nb=0; \
 	$(BIN)/pytest -q --durations=40 tests || unit=$$?; \
-	$(NBVAL) notebooks solutions || nb=$$?; \
+	$(NBVAL) $(addprefix --ignore=,$(REHEARSED)) notebooks solutions || nb=$$?; \
 	echo "unit tests exit $$unit, notebooks exit $$nb"; \
 	[ $$unit = 0 ] && [ $$nb = 0 ]
 
@@ -80,6 +83,18 @@ gpu-wheels: setup
 	  --platform manylinux2010_x86_64 -d $(GPU_WHEELS) $$($(BIN)/python scripts/gpu_check.py --wheel-specs)
 	echo $(GPU_WHEELS_PY) > $(GPU_WHEELS)/PYTHON_VERSION
 	@ls -l $(GPU_WHEELS)/*.whl | awk '{printf "  %7.2f MiB  %s\n", $$5/1048576, $$9; t+=$$5} END {printf "gpu-wheels: %d wheels, %.1f MiB in all (the carry limit is 64 MiB)\n", NR, t/1048576; if (t > 60*1048576) exit 1}'
+
+## gpu-bundle: what a CUDA machine like the lent H200 (Python 3.12, its own torch, no registry, 64 MiB per call)
+## needs besides the project, in build/gpu-bundle (<= 60 MiB with the project): the wheels the notebooks import
+## that it lacks, trimmed, and MiniLM's travelling copy (scripts/gpu_bundle.py; carry it: ["build/gpu-bundle"])
+GPU_BUNDLE := build/gpu-bundle
+gpu-bundle: $(GPU_BUNDLE)/MANIFEST.json
+$(GPU_BUNDLE)/MANIFEST.json: $(STAMP) scripts/gpu_bundle.py ailab/minilm_travel.py
+	$(BIN)/python scripts/gpu_bundle.py build --out $(GPU_BUNDLE)
+
+## gpu-suite: scripts/gpu_suite.sh here, as a CPU rehearsal of the device run (on the device: see its header)
+gpu-suite: setup gpu-bundle
+	PY=$(BIN)/python bash scripts/gpu_suite.sh --rehearse $(if $(ONLY),--only $(ONLY))
 
 ## gpu-check: scripts/gpu_check.sh here (on CPU the CUDA-only sections are reported as skipped); JSON in build/
 gpu-check: setup

@@ -1,4 +1,4 @@
-"""Error isolation for a batch function: find the bad items of a failing batch by bisection (topic S6).
+"""Error isolation for a batch function: find the bad items of a failing batch by bisection (topic S3).
 
 One poisoned input (too long, malformed, a shape the model chokes on) must not fail the other
 requests that happened to share its batch. Retrying every item alone finds it, but costs N+1

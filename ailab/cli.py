@@ -14,9 +14,15 @@ import sys
 
 
 def _suites() -> list[str]:
+    """The suites by the names `ailab bench` takes: module ailab.suites.generation_serve is generation-serve."""
     import ailab.suites
 
-    return sorted(m.name for m in pkgutil.iter_modules(ailab.suites.__path__) if not m.name.startswith("_"))
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(ailab.suites.__path__)
+                  if not m.name.startswith("_"))
+
+
+def _module(suite: str):
+    return importlib.import_module(f"ailab.suites.{suite.replace('-', '_')}")
 
 
 def cmd_doctor(args) -> int:
@@ -75,11 +81,11 @@ def _bench_help(suite: str | None) -> int:
     if suite is None:
         print("usage: ailab bench SUITE [--json] [--quick] [SUITE OPTIONS]\n\nsuites:")
         for name in _suites():
-            doc = (importlib.import_module(f"ailab.suites.{name}").__doc__ or "").strip().splitlines()
-            print(f"  {name:<10} {doc[0] if doc else ''}")
+            doc = (_module(name).__doc__ or "").strip().splitlines()
+            print(f"  {name:<16} {doc[0] if doc else ''}")
         print("\n`ailab bench SUITE --help` shows a suite's own options.")
         return 0
-    module = importlib.import_module(f"ailab.suites.{suite}")
+    module = _module(suite)
     print(f"usage: ailab bench {suite} [--json] [--quick] [OPTIONS]\n\n{(module.__doc__ or '').strip()}\n")
     import inspect
 
@@ -95,6 +101,8 @@ def _bench_help(suite: str | None) -> int:
 
 def cmd_bench(args) -> int:
     suites = _suites()
+    if args.suite is not None:
+        args.suite = args.suite.replace("_", "-")      # request_time and request-time name one suite
     if args.help or "-h" in args.rest or "--help" in args.rest:
         if args.suite is not None and args.suite not in suites:
             print(f"error: unknown benchmark suite {args.suite!r}; available: {', '.join(suites)}", file=sys.stderr)
@@ -106,7 +114,7 @@ def cmd_bench(args) -> int:
     if args.suite not in suites:
         print(f"error: unknown benchmark suite {args.suite!r}; available: {', '.join(suites)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"ailab.suites.{args.suite}")
+    module = _module(args.suite)
     result = module.run(quick=args.quick, argv=args.rest or None)
     if args.json:
         print(json.dumps(result, default=float))

@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LATENCY_METRIC = "ailab_request_latency_seconds"
-REQUESTS_METRIC = "ailab_requests"  # exposed as ailab_requests_total{status="..."}
+LATENCY_METRIC = "ailab_request_latency_seconds"   # labelled by route: the latency SLO is /v1/predict's
+REQUESTS_METRIC = "ailab_requests"  # exposed as ailab_requests_total{route="...",status="..."}
+PREDICT_ROUTE = "/v1/predict"
+NOT_TRAFFIC = ("/healthz", "/readyz", "/metrics")   # probes and scrapes: counted by the server, not users' requests
 RSS_METRIC = "ailab_process_resident_memory_bytes"
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
@@ -102,7 +104,7 @@ def samples(text: str):
 
 
 def read_metrics(text: str) -> dict:
-    """Prometheus text -> {sample name + labels: value}, e.g. 'ailab_requests_total{status="200"}'."""
+    """Prometheus text -> {sample name + labels: value}, e.g. 'ailab_requests_total{route="/v1/predict",status="200"}'."""
     out = {}
     for s in samples(text):
         labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
@@ -119,14 +121,17 @@ def histogram_from_metrics(metrics: dict, name: str) -> tuple[list[float], list[
     return bounds, counts
 
 
-def parse_exposition(text: str, t: float | None = None) -> Snapshot:
-    """Read the Prometheus text format (what /metrics returns) into a Snapshot."""
+def parse_exposition(text: str, t: float | None = None, route: str = PREDICT_ROUTE) -> Snapshot:
+    """Read the Prometheus text format (what /metrics returns) into a Snapshot: the latency of `route`, and the
+    requests of every route but the probes and /metrics (as the rules in monitoring/alerts.yml select them)."""
     buckets, requests, rss = {}, {}, math.nan
     for s in samples(text):
-        if s.name == LATENCY_METRIC + "_bucket":
+        where = s.labels.get("route")
+        if s.name == LATENCY_METRIC + "_bucket" and where in (None, route):
             buckets[float(s.labels["le"])] = s.value
-        elif s.name == REQUESTS_METRIC + "_total":
-            requests[s.labels.get("status", "")] = s.value
+        elif s.name == REQUESTS_METRIC + "_total" and where not in NOT_TRAFFIC:
+            status = s.labels.get("status", "")
+            requests[status] = requests.get(status, 0.0) + s.value
         elif s.name == RSS_METRIC:
             rss = s.value
     if not buckets:

@@ -1,4 +1,5 @@
-"""ARCHITECTURE.md stays true: every module it names exists, and every module that exists is named there."""
+"""ARCHITECTURE.md stays true: every module it names exists, and every module that exists is named there; and
+every lab or exercise has its test file, named after its check module (its recipe, "Adding a lab or an exercise")."""
 import re
 from pathlib import Path
 
@@ -27,3 +28,17 @@ def test_every_module_is_named():
             continue
         unnamed.append(rel)
     assert not unnamed, f"modules missing from ARCHITECTURE.md: {unnamed}"
+
+
+LAB_MACHINERY = {"__init__", "core", "build", "runner", "grade"}
+
+
+def test_every_check_module_has_its_test_file_named_one_way():
+    """ailab/labs/ex_foo.py is proved by tests/test_ex_foo.py, lab_foo.py (and lab00_latency.py) by
+    tests/test_lab_foo.py (tests/test_lab_lab00_latency.py); no other test file takes those prefixes."""
+    modules = {p.stem for p in (ROOT / "ailab" / "labs").glob("*.py")} - LAB_MACHINERY
+    want = {f"test_lab_{m.removeprefix('lab_')}" if m.startswith("lab") else f"test_{m}" for m in modules}
+    have = {p.stem for p in (ROOT / "tests").glob("test_*.py") if p.stem.startswith(("test_lab_", "test_ex_"))}
+    assert not want - have, f"check modules without their test file: {sorted(want - have)}"
+    assert not have - want, f"test files named like a lab's or an exercise's, with no check module: {sorted(have - want)}"
+    assert "Adding a lab or an exercise" in DOC

@@ -1,10 +1,21 @@
 """The SSE-reader exercise's checks pass right readers and reject plausible wrong ones.
 
+read_events(chunks) -> iterator of (event, data)
+| question | what the checks try |
+|---|---|
+| which input varies each field | the event name (absent, "done", reset after dispatch), data (one line, several, empty, with colons, spaces, CR/LF-like characters), comments, unknown fields, each alone |
+| boundaries | every split point of a real /v1/completions stream (OpenAI chunks, the usage chunk, [DONE]); one byte per chunk; a blank line with no data; an unfinished last event; an empty chunk |
+| a type the notes never show | line ends CR LF and lone CR across a whole stream, split at every byte (a CR ending a chunk); values holding \\x0b \\x0c \\x1c \\x85 U+2028 U+2029 (str.splitlines() splits on them, SSE does not); UTF-8 characters split across chunks |
+| order or ties | the events in order; the event name belongs to its own event only |
+| errors: type and message | each failure names the event, the split point and the bytes around it, and what to keep between chunks |
+| timing | an event comes out before the next chunk is read, also when its blank line is a lone CR |
+
 Each wrong answer is one class of mistake: splitting each chunk on its own, decoding chunks instead of lines,
 "\\n" as the only line end, a CRLF split across chunks read as two line ends, "data: " required with its space,
 the value stripped of every space, split at every colon, the last data line kept instead of all, the event name
 never reset, events with no data dispatched, the unfinished last event kept, the whole stream read before the
-first event, None as the default name, comments taken as fields.
+first event, None as the default name, comments taken as fields, lines found with str.splitlines(), a CR at a
+chunk's end held until the next chunk, and a CR at a chunk's end forgotten.
 """
 import re
 
@@ -145,6 +156,57 @@ def comments_are_fields(chunks):
                       else ("data", l[1:]))
 
 
+# Issue 30's classes, each a reader that passes when the test data hides it.
+
+
+def splitlines_reader(chunks):
+    """Decodes whole lines, but finds them with str.splitlines(), which also splits on \x0b \x0c \x1c-\x1e \x85
+    U+2028 U+2029: text inside a JSON value ends the line."""
+    pending, name, data = "", "", []
+    dec = __import__("codecs").getincrementaldecoder("utf-8")()
+    for chunk in chunks:
+        text = pending + dec.decode(chunk).replace("\r\n", "\n")
+        lines = text.splitlines(keepends=True)
+        pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
+        for line in lines:
+            line = line.rstrip("\r\n")
+            if not line:
+                if data:
+                    yield (name or "message", "\n".join(data))
+                name, data = "", []
+            elif not line.startswith(":"):
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    name = value
+                elif field == "data":
+                    data.append(value)
+
+
+def cr_waits_for_the_next_chunk(chunks):
+    """Holds a line that ends in \\r until the next chunk says whether \\n follows: right events, but late."""
+    held = b""
+    for chunk in chunks:
+        held += chunk
+        if held.endswith(b"\r"):
+            continue
+        yield from reader([held])
+        held = b""
+    yield from reader([held])
+
+
+def cr_at_chunk_end_ignored(chunks):
+    """Treats a chunk's last \\r as the start of \\r\\n and drops it when the next chunk does not start with \\n."""
+    carry = False
+    fixed = []
+    for chunk in chunks:
+        if carry and not chunk.startswith(b"\n"):
+            chunk = chunk                     # the \r that ended the last chunk is forgotten: no line end
+        carry = chunk.endswith(b"\r")
+        fixed.append(chunk[:-1] if carry else chunk)
+    yield from reader(fixed)
+
+
 WRONG = {
     "per_chunk": (per_chunk, "check_server_stream"),
     "decodes_chunks": (decodes_chunks, "check_server_stream"),
@@ -161,8 +223,11 @@ WRONG = {
     "returns_a_list": (returns_a_list, "check_streaming"),
     "none_as_default_name": (none_as_default_name, "check_server_stream"),
     "comments_are_fields": (comments_are_fields, "check_fields"),
+    "splitlines_reader": (splitlines_reader, "check_fields"),
+    "cr_waits_for_the_next_chunk": (cr_waits_for_the_next_chunk, "check_streaming"),
+    "cr_at_chunk_end_ignored": (cr_at_chunk_end_ignored, "check_line_ends"),
 }
-CHECKS = ["check_server_stream", "check_fields", "check_streaming"]
+CHECKS = ["check_server_stream", "check_line_ends", "check_fields", "check_streaming"]
 
 
 @pytest.mark.parametrize("fn", [right, right_by_characters], ids=["right", "right_by_characters"])
@@ -199,20 +264,25 @@ def test_a_stub_fails_with_its_hint():
 
 
 def test_the_server_stream_helper_writes_what_the_route_sends():
-    """server_stream() stands in for /v1/generate in the checks: its token events are the route's, byte for byte."""
+    """server_stream() stands in for POST /v1/completions in the checks: the same bytes, given the same pieces."""
+    import json
+
     import httpx
 
     from ailab.generation import Decoder
     from ailab.models import tiny_gpt
     from ailab.server import create_app, start_in_thread
-    from ailab.server.generate import GenerationEngine
-    from ailab.server.predictors import tiny_predictor
+    from ailab.server.llm_engine import GenerationEngine
 
-    engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=16, block_size=16)
-    with start_in_thread(create_app({"tiny": tiny_predictor}, "tiny", generation=engine)) as server:
-        raw = httpx.post(server.url + "/v1/generate", json={"prompt": "abc", "max_new_tokens": 12, "stream": True},
-                         timeout=30).content
-    tokens = [int(t) for t in re.findall(rb'"token": (\d+)', raw)]
-    head = raw.partition(b"event: done\n")[0]
-    assert len(tokens) == 12 and head == L.server_stream(tokens, {}).partition(b"event: done\n")[0]
-    assert [e for e, _ in right([raw])] == ["message"] * 12 + ["done"]
+    engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=16, block_size=16, name="ailab-gpt-1m")
+    body = {"prompt": "abc", "max_tokens": 12, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with start_in_thread(create_app(generation=engine)) as server:
+        raw = httpx.post(server.url + "/v1/completions", json=body, timeout=30,
+                         headers={"X-Request-Id": "req-1"}).content
+    events = [e for e in right([raw])]
+    chunks = [json.loads(d) for _, d in events[:-2]]
+    assert events[-1] == ("message", "[DONE]") and json.loads(events[-2][1])["usage"]["completion_tokens"] == 12
+    created = chunks[0]["created"]
+    pieces = [c["choices"][0]["text"] for c in chunks]
+    assert raw == L.server_stream(pieces, usage=(3, 12)).replace(b"1790000000", str(created).encode())

@@ -106,9 +106,10 @@ def test_a_cache_for_a_model_takes_its_dtype_and_device_unless_told(hf):
     s = Scheduler(wide, PagedKVCache.for_model(wide, 16, 4), max_running=2)
     s.submit(Request(0, prompt[0].tolist(), 5, temperature=0.7, seed=3))
     s.submit(Request(1, prompt[0].tolist(), 5))
+    done = []
     while not s.idle:
-        s.step()
-    greedy = next(r for r in s.finished if r.id == 1)
+        done += s.step().done
+    greedy = next(r for r in done if r.id == 1)
     assert greedy.output == generate(wide, prompt, 5)[0].tolist()
 
 
@@ -188,13 +189,13 @@ def _run(model, reqs, num_blocks, block_size=4, **kw):
     s = Scheduler(model, cache, **kw)
     for r in reqs:
         s.submit(r)
-    steps = 0
+    steps, done = 0, []
     while not s.idle:
-        s.step()
+        done += s.step().done
         steps += 1
         assert steps < 10_000
     assert len(cache.allocator.free_blocks) == num_blocks, "every block comes back"
-    return s, steps
+    return done, steps
 
 
 def _expected(model, r):
@@ -204,8 +205,8 @@ def _expected(model, r):
 @pytest.mark.parametrize("policy", ["continuous", "static"])
 def test_paged_batches_of_mixed_lengths_give_the_tokens_of_one_at_a_time(model, policy):
     reqs = _requests([3, 17, 8, 30], [9, 2, 14, 5])
-    s, _ = _run(model, reqs, num_blocks=64, policy=policy, max_running=3)
-    assert sorted(r.id for r in s.finished) == [0, 1, 2, 3]
+    done, _ = _run(model, reqs, num_blocks=64, policy=policy, max_running=3)
+    assert sorted(r.id for r in done) == [0, 1, 2, 3]
     for r in reqs:
         assert r.output == _expected(model, r), r.id
         assert r.first_token_s is not None and r.finished_s >= r.first_token_s

@@ -16,7 +16,7 @@ TESTS = Path("monitoring/alerts_test.yml")
 def test_promtool_accepts_the_rules_file():
     r = P.promtool("check", "rules", str(RULES))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "4 rules found" in r.stdout
+    assert "5 rules found" in r.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass():

@@ -63,7 +63,8 @@ def test_health_ready_and_metrics(server, client):
                  "ailab_batch_size_bucket", "ailab_in_flight", "ailab_queue_depth", "ailab_model_load_seconds",
                  "ailab_process_resident_memory_bytes"):
         assert name in m, name
-    assert 'ailab_requests_total{status="200"}' in m
+    assert 'ailab_requests_total{route="/v1/predict",status="200"}' in m
+    assert 'ailab_requests_total{route="/healthz",status="200"}' in m, "every route is counted, under its own label"
 
 
 def test_metrics_split_each_batch_into_tokenize_forward_and_postprocess():

@@ -5,6 +5,9 @@
     decode.py     prefill, decode_one_token, generate, generate_without_cache
     paged.py      BlockAllocator, PagedKVCache, OutOfBlocks: fixed-size blocks, a free list, block tables
     scheduler.py  Scheduler: iteration-level (continuous) batching, and static batching to compare with
+    engine_core.py EngineCore: the scheduler's loop as a server runs it (commands in, one StepOutput a step out),
+                  in a thread or in a process of its own
+    chat.py       the chat template of the byte-level model
     train.py      train_lm: a byte-level model trained here on the course's review snippets; save_lm/load_lm
     measure.py    cache bytes per token, cached vs recomputed decode, prefill vs decode, paged waste
     trace.py      continuous vs static batching vs Hugging Face generate, on an open-loop arrival trace

@@ -7,7 +7,9 @@ A request is WAITING, then RUNNING (its blocks allocated, its prompt prefilled),
   2. decode  one token for every running sequence, in one batched forward pass; a sequence whose next
              token needs a block when none is free preempts the newest running one (its blocks are freed
              and it waits again, to be prefilled anew with what it had generated: recompute);
-  3. retire  sequences that reached max_new_tokens free their blocks at once.
+  3. retire  sequences that reached max_new_tokens free their blocks at once, and leave: the step's report
+             hands them to the caller (`StepReport.done`), and the scheduler keeps no reference to them, so a
+             server that runs it for days holds only what is waiting and running.
 
 policy="static" is the comparison: a batch is admitted only when the previous one has wholly finished, so
 short members sit idle until the longest ends. A request that could never fit the whole pool is refused
@@ -70,6 +72,7 @@ class StepReport:
     preempted: int
     running: int
     waiting: int
+    done: list[Request] = field(default_factory=list)   # the requests that finished in this step, handed over
 
 
 class Scheduler:
@@ -81,7 +84,7 @@ class Scheduler:
         self.max_running, self.policy, self.clock = max_running, policy, clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.finished: list[Request] = []
+        self._done: list[Request] = []     # finished in the step under way; handed over by step() and forgotten
 
     def submit(self, req: Request) -> None:
         total = len(req.prompt) + req.max_new_tokens
@@ -165,7 +168,7 @@ class Scheduler:
             self.alloc.free(r.id)
             r.state, r.finished_s = FINISHED, self.clock()
             r.finish_reason = "length" if len(r.output) >= r.max_new_tokens else "stop"
-            self.finished.append(r)
+            self._done.append(r)
         return len(done)
 
     def _emit(self, req: Request, token: int) -> None:
@@ -179,7 +182,8 @@ class Scheduler:
         preempted = self._reserve_decode_slots()
         decoded = self._decode()
         finished += self._retire()
-        return StepReport(admitted, decoded, finished, preempted, len(self.running), len(self.waiting))
+        done, self._done = self._done, []
+        return StepReport(admitted, decoded, finished, preempted, len(self.running), len(self.waiting), done)
 
     def cancel(self, request_id: int) -> bool:
         """Drop a waiting or running request; its blocks go back to the free list at once."""

@@ -11,11 +11,13 @@ The learner writes
 
 The checks are derived from what a reader must guarantee, the subset of the WHATWG EventSource rules that
 ailab's server uses:
-  the events of a real /v1/generate stream, whatever the chunk boundaries (every split point, one byte at a
-  time, a UTF-8 character split across chunks, "\\r\\n" split across chunks); each field rule on its own (no
-  space after the colon, two spaces, a colon inside the value, several data lines, comments, unknown fields,
-  CR and CRLF endings, the event name reset after dispatch, a blank line with no data, an unfinished last
-  event); and the timing: an event comes out before the next chunk is read.
+  the events of a real /v1/completions stream (OpenAI's chunks, then "[DONE]"), whatever the chunk boundaries
+  (every split point, one byte at a time, a UTF-8 character split across chunks), with "\n", "\r\n" and "\r"
+  line ends, every split point again (a "\r" at the end of a chunk: a line end of its own, or the first half of
+  "\r\n"?); each field rule on its own (no space after the colon, two spaces, a colon inside the value, several
+  data lines, comments, unknown fields, CR and CRLF endings, the event name reset after dispatch, a blank line
+  with no data, an unfinished last event, characters that str.splitlines() would split on but SSE does not);
+  and the timing: an event comes out before the next chunk is read, also when its blank line is a lone "\r".
 """
 from __future__ import annotations
 
@@ -27,24 +29,31 @@ from ailab.labs.core import check, expect
 LAB = "ex_sse_reader"
 
 
-def server_stream(tokens: list[int], final: dict) -> bytes:
-    """The bytes ailab's /v1/generate sends for a streamed answer (its own format, as in server/generate.py)."""
-    import codecs
-
-    decoder, out = codecs.getincrementaldecoder("utf-8")(errors="replace"), []
-    for i, tok in enumerate(tokens):
-        out.append(f"data: {json.dumps({'index': i, 'token': tok, 'text': decoder.decode(bytes([tok]))})}\n\n")
-    out.append(f"event: done\ndata: {json.dumps(final)}\n\n")
-    return "".join(out).encode()
+def server_stream(pieces: list[str], finish_reason: str = "length", usage: tuple[int, int] | None = None,
+                  line_end: str = "\n") -> bytes:
+    """The bytes ailab's POST /v1/completions sends for a streamed answer of these text pieces (OpenAI's chunks,
+    built by the server's own openai_protocol.chunk), the usage chunk when `usage` (prompt, completion) is given,
+    then "[DONE]". `line_end` "\r\n" or "\r" gives the same events as another server may frame them."""
+    out = [_json(e) for e in _chunks(pieces, finish_reason, usage)] + ["[DONE]"]
+    return "".join(f"data: {d}{line_end}{line_end}" for d in out).encode()
 
 
-def _expected_server_events(tokens: list[int], final: dict) -> list[tuple[str, str]]:
-    import codecs
+def _chunks(pieces: list[str], finish_reason: str, usage: tuple[int, int] | None) -> list[dict]:
+    from ailab.server.openai_protocol import GenerationParams, chunk, usage_chunk
 
-    decoder, out = codecs.getincrementaldecoder("utf-8")(errors="replace"), []
-    for i, tok in enumerate(tokens):
-        out.append(("message", json.dumps({"index": i, "token": tok, "text": decoder.decode(bytes([tok]))})))
-    return out + [("done", json.dumps(final))]
+    params = GenerationParams("ailab-gpt-1m", [1], len(pieces), include_usage=usage is not None)
+    out = [chunk(params, "req-1", 1_790_000_000, p, finish_reason if i == len(pieces) - 1 else None)
+           for i, p in enumerate(pieces)]
+    return out + ([usage_chunk(params, "req-1", 1_790_000_000, *usage)] if usage else [])
+
+
+def _expected_server_events(pieces: list[str], finish_reason: str = "length",
+                            usage: tuple[int, int] | None = None) -> list[tuple[str, str]]:
+    return [("message", _json(e)) for e in _chunks(pieces, finish_reason, usage)] + [("message", "[DONE]")]
+
+
+def _json(event: dict) -> str:
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)     # as the server writes it: UTF-8 text
 
 
 class Chunks:
@@ -80,14 +89,14 @@ def _same(got, want, what: str) -> None:
     expect(False, f"{what}: event {i} should be {want[i]!r}; got {got[i]!r}")
 
 
-_TOKENS = list("Good film. ".encode()) + list("Très bien".encode()) + [0xE2, 0x82, 0xAC]   # é and € span bytes
-_FINAL = {"finish_reason": "length", "usage": {"prompt_tokens": 6, "completion_tokens": len(_TOKENS)}}
+_PIECES = ["Good film. ", "Très", " bien ", "€", "\u2028\x0c\x85 odd spaces"]   # é and € span bytes
+_USAGE = (6, 17)
 
 
 @check(LAB, "a real stream, split anywhere")
 def check_server_stream(read_events):
-    raw = server_stream(_TOKENS, _FINAL)
-    want = _expected_server_events(_TOKENS, _FINAL)
+    raw = server_stream(_PIECES, usage=_USAGE)
+    want = _expected_server_events(_PIECES, usage=_USAGE)
     _same(_read(read_events, [raw], "the whole stream in one chunk"), want, "the whole stream in one chunk")
     _same(_read(read_events, [raw[i:i + 1] for i in range(len(raw))], "one byte per chunk"), want,
           "one byte per chunk: lines and events arrive in pieces; keep what is left of a chunk for the next")
@@ -98,6 +107,19 @@ def check_server_stream(read_events):
     cut = text.index("è".encode()) + 1          # inside the two bytes of è
     _same(_read(read_events, [text[:cut], text[cut:]], "è split across two chunks"), [("message", "Très bien €")],
           "a character whose UTF-8 bytes are split across two chunks: decode whole lines, not chunks")
+
+
+@check(LAB, "the same stream with CR LF and with CR line ends, split anywhere")
+def check_line_ends(read_events):
+    for name, end in (("CR LF", "\r\n"), ("CR", "\r")):
+        raw = server_stream(_PIECES[:3], usage=_USAGE, line_end=end)
+        want = _expected_server_events(_PIECES[:3], usage=_USAGE)
+        for cut in range(1, len(raw)):
+            what = (f"{name} line ends, two chunks split at byte {cut} ({raw[max(0, cut - 8):cut]!r} | "
+                    f"{raw[cut:cut + 8]!r})")
+            hint = (": a chunk that ends in \\r may be followed by \\n (one line end, CR LF) or not (the \\r alone "
+                    "ended the line); remember which, for the next chunk" if raw[cut - 1:cut] == b"\r" else "")
+            _same(_read(read_events, [raw[:cut], raw[cut:]], what), want, what + hint)
 
 
 _FIELD_CASES = [
@@ -117,6 +139,11 @@ _FIELD_CASES = [
     ("CR line endings", [b"data: x\r\rdata: y\r\r"], [("message", "x"), ("message", "y")]),
     ("a CRLF split across two chunks is one line end", [b"data: a\r", b"\ndata: b\r\n\r\n"], [("message", "a\nb")]),
     ("an event without its blank line at the end is dropped", [b"data: x\n\ndata: unfinished\n"], [("message", "x")]),
+    ("characters that str.splitlines() splits on are text in SSE (\\x0b \\x0c \\x1c \\x85 U+2028 U+2029)",
+     ["data: a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g\n\n".encode()], [("message", "a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g")]),
+    ("a CR that ends a chunk, then a blank line in the next", [b"data: a\r", b"\rdata: b\r\r"],
+     [("message", "a"), ("message", "b")]),
+    ("a CR LF then a lone CR", [b"data: a\r\n\r", b"data: b\n\n"], [("message", "a"), ("message", "b")]),
 ]
 
 
@@ -139,3 +166,9 @@ def check_streaming(read_events):
                               "before it gave it: a stream of tokens would show nothing until the answer ends")
     rest: Iterator = events
     _same(list(rest), [("message", "second"), ("message", "third")], "the events after the first")
+    chunks = Chunks([b"data: first\r", b"\r", b"data: second\r\r"])
+    first = next(read_events(chunks), None)
+    expect(first == ("message", "first") and chunks.taken == 2,
+           f"with CR line ends the first event is complete once the second \\r has come (2 chunks), but it came out "
+           f"as {first!r} after {chunks.taken} chunk(s): a lone \\r ends its line at once; only a \\n right "
+           f"after it belongs to it")

@@ -4,9 +4,10 @@
     handle = start_in_thread(create_app())      # MiniLM sentiment, loopback, a free port
     httpx.post(handle.url + "/v1/predict", json={"inputs": "a fine film"}); handle.stop()
 
-Modules: app (create_app), routes (the endpoints), state (what they share), registry (LRU + hot swap),
-validation, metrics (Prometheus, logs), predictors (what is served), run (threads and the `ailab serve`
-command), ray_serve (the whole app as a Ray Serve deployment).
+Modules: app (create_app), edge (what every request passes: key, request id, errors, metrics, log), routes (the
+endpoints), openai_api and openai_protocol (OpenAI's completions API), llm_engine (the generation thread), state
+(what they share), registry (LRU + hot swap), validation, metrics (Prometheus, logs), predictors (what is served),
+run (threads and the `ailab serve` command), ray_serve (the whole app as a Ray Serve deployment).
 """
 from ailab.server.app import ServerConfig, create_app
 from ailab.server.predictors import InputTooLongError, TextClassifierPredictor, sentiment_predictor, tiny_predictor

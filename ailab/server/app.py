@@ -1,4 +1,4 @@
-"""create_app(): the inference server as a FastAPI app (topics S3-S11).
+"""create_app(): the inference server as a FastAPI app (topics S3-S11), with an LLM service beside it (issue 28).
 
 One process, one event loop for HTTP, one worker thread per loaded model (inside its
 DynamicBatcher), which also loads and warms the model (server/model_thread.py says why). The handler
@@ -6,18 +6,20 @@ stays cheap - read bytes, json.loads, submit, write bytes - because every millis
 event loop is a millisecond the GIL is not free for tokenizing.
 
     POST /v1/predict  {"inputs": "text" | [...], "model": optional}  -> outputs, model, model_sha256, request_id
-    GET  /healthz     liveness: model, weights SHA-256, memory, recent QPS (200 while the process lives)
-    GET  /readyz      200 only once the default model is loaded and warmed, else 503; also 503 (with the
-                      reason) while a loaded model's batcher is dead
+    POST /v1/completions, /v1/chat/completions   OpenAI's API over the generation engine (openai_api.py)
+    GET  /healthz     liveness (200 while the process lives); the details only for callers with the key, if set
+    GET  /readyz      200 only once the models are loaded and warmed, else 503; also 503 (with the
+                      reason) while a loaded model's batcher or the generation thread is dead
     GET  /metrics     Prometheus text format
-    GET  /v1/models   what is registered and loaded
+    GET  /v1/models   OpenAI's model list, with what is registered and loaded
     POST /admin/models/{name}/swap   hot swap: reload a model beside the old one, switch, drain the old
-                      (409 when old + new would exceed the memory budget; needs the API key, or without
-                      one a loopback client)
+                      (409 when old + new would exceed the memory budget)
 
-The routes live in routes.py, the state they share in state.py. Headers are checked in headers.py, the
-body's size and time and the requests in flight in limits.py, malformed HTTP below the app in protocol.py:
-every refusal is a 4xx (or 503) with a JSON message.
+Every request first passes the serving edge (edge.py): its request id, the API key (every route but the
+probes; /admin loopback-only without a key), one table from exception to answer, one error body, request
+metrics and the log. Then the in-flight limit (limits.py), then the routes (routes.py, openai_api.py).
+Headers are checked in headers.py, malformed HTTP below the app in protocol.py: every refusal is a 4xx
+(or 503) with a JSON message.
 """
 from __future__ import annotations
 
@@ -26,10 +28,13 @@ import contextlib
 from typing import Callable
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException
 
-import ailab.server.generate as generate_routes
+import ailab.server.openai_api as openai_routes
 import ailab.server.routes as routes
 from ailab.server.config import ServerConfig
+from ailab.server.edge import OPENAI_ROUTES, ServingEdge, error_response, request_id
+from ailab.server.llm_engine import GenerationMetrics
 from ailab.server.limits import ConcurrencyLimit
 from ailab.server.metrics import ServerMetrics
 from ailab.server.registry import ModelRegistry
@@ -45,13 +50,13 @@ def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[d
 def create_app(models: dict[str, Callable[[], object]] | None = None, default_model: str | None = None,
                config: ServerConfig | None = None, generation=None, **overrides) -> FastAPI:
     """The server. `models`: name -> loader() returning a predictor (a batch function with .name,
-    .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier.
-    `generation`: a server.generate.GenerationEngine, to serve POST /v1/generate as well.
+    .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier, or none at all when
+    a `generation` engine (server.llm_engine.GenerationEngine) is given, which the OpenAI routes serve.
     Keyword overrides set ServerConfig fields: create_app(models, max_batch_size=1)."""
     config = (config or ServerConfig()).replace(**overrides)
     if models is None:
-        models, default_model = default_models(too_long=config.too_long)
-    default_model = default_model or next(iter(models))
+        models, default_model = ({}, None) if generation is not None else default_models(too_long=config.too_long)
+    default_model = default_model or next(iter(models), None)
     # The gauges read the registry and the state made just below (a closure sees them once they exist).
     metrics = ServerMetrics(
         queue_depth=lambda: sum(e.batcher.queue_depth for e in registry.loaded.values()),
@@ -66,7 +71,7 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     state = ServerState(config, registry, metrics)
     if generation is not None:
         state.generation = generation
-        generation.metrics = generate_routes.GenerationMetrics(metrics.registry, generation)
+        generation.metrics = GenerationMetrics(metrics.registry, generation)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -83,10 +88,18 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
 
     app = FastAPI(title="ailab inference server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.ailab = state
-    app.add_middleware(routes.PredictFastPath)   # inside the limit below: the last one added is the outermost
-    app.add_middleware(ConcurrencyLimit, limit=config.max_concurrency, retry_after_s=config.retry_after_s,
-                       on_reject=lambda: metrics.requests.labels("503").inc())
+    # The last one added is the outermost: the edge, then the in-flight limit, then predict's fast path.
+    app.add_middleware(routes.PredictFastPath)
+    app.add_middleware(ConcurrencyLimit, limit=config.max_concurrency, retry_after_s=config.retry_after_s)
+    app.add_middleware(ServingEdge, state=state, routes=lambda: app.routes)
 
+    async def no_such_route(request, exc: HTTPException):     # FastAPI's own 404/405, in the one error body
+        response = error_response(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}",
+                                  request_id(request), request.url.path in OPENAI_ROUTES)
+        response.headers.update(exc.headers or {})
+        return response
+
+    app.add_exception_handler(HTTPException, no_such_route)
     app.include_router(routes.router)  # the handlers, each reading this state from request.app.state.ailab
-    app.include_router(generate_routes.router)   # POST /v1/generate (404 unless a generation engine was given)
+    app.include_router(openai_routes.router)   # the OpenAI routes (404 with words unless a generation engine is given)
     return app

@@ -45,13 +45,12 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes
 
 class ConcurrencyLimit:
     """At most `limit` HTTP requests inside the app at once; the next one is answered 503 with Retry-After
-    straight away (JSON, like every other refusal). Probes and /metrics (`exempt`) are never refused: a
-    replica that is merely busy must not fail its liveness check and be restarted (which makes overload
-    worse), and overload is exactly when its metrics are wanted."""
+    straight away (JSON, like every other refusal; the serving edge outside counts and logs it). Probes and
+    /metrics (`exempt`) are never refused: a replica that is merely busy must not fail its liveness check and be
+    restarted (which makes overload worse), and overload is exactly when its metrics are wanted."""
 
-    def __init__(self, app, limit: int, retry_after_s: int = 1, exempt: tuple = ("/healthz", "/readyz", "/metrics"),
-                 on_reject=None):
-        self.app, self.limit, self.exempt, self.on_reject = app, limit, exempt, on_reject
+    def __init__(self, app, limit: int, retry_after_s: int = 1, exempt: tuple = ("/healthz", "/readyz", "/metrics")):
+        self.app, self.limit, self.exempt = app, limit, exempt
         self.retry_after = str(retry_after_s).encode()
         self.active = 0
 
@@ -59,18 +58,17 @@ class ConcurrencyLimit:
         if scope["type"] != "http" or scope.get("path") in self.exempt:
             return await self.app(scope, receive, send)
         if self.active >= self.limit:
-            return await self._refuse(send)
+            return await self._refuse(scope, send)
         self.active += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.active -= 1
 
-    async def _refuse(self, send):
-        if self.on_reject:
-            self.on_reject()
+    async def _refuse(self, scope, send):
         body = json.dumps({"error": f"server is at its limit of {self.limit} requests in flight; retry after the "
-                                    f"Retry-After seconds", "status": 503, "request_id": "-"}).encode()
+                                    f"Retry-After seconds", "status": 503,
+                           "request_id": scope.get("ailab.request_id", "-")}).encode()
         await send({"type": "http.response.start", "status": 503, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"retry-after", self.retry_after), (b"connection", b"close")]})

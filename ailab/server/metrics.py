@@ -28,9 +28,12 @@ def rss_bytes() -> int:
 class ServerMetrics:
     def __init__(self, queue_depth=lambda: 0, queue_capacity=lambda: 0, in_flight=lambda: 0, models_loaded=lambda: 0):
         self.registry = r = CollectorRegistry()
-        self.requests = Counter("ailab_requests", "Requests answered, by HTTP status", ["status"], registry=r)
-        self.latency = Histogram("ailab_request_latency_seconds", "Time from request read to answer",
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        # Every route, the probes included, under its own label (the route's template, or "unmatched"): the SLO
+        # alerts in monitoring/alerts.yml pick the routes they are about.
+        self.requests = Counter("ailab_requests", "Requests answered, by route and HTTP status", ["route", "status"],
+                                registry=r)
+        self.latency = Histogram("ailab_request_latency_seconds", "Time from request read to answer, by route",
+                                 ["route"], buckets=LATENCY_BUCKETS, registry=r)
         self.queue_wait = Histogram("ailab_queue_wait_seconds", "Time a text waited in the batcher queue",
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.batch_compute = Histogram("ailab_batch_compute_seconds", "Time to compute one batch on the worker",
@@ -54,6 +57,7 @@ class ServerMetrics:
         Gauge("ailab_process_resident_memory_bytes", "Resident memory of the server process",
               registry=r).set_function(rss_bytes)
         self._done = deque()  # completion times, for recent QPS
+        self._children: dict = {}   # (route, status) -> (counter child, histogram child): labels() costs a lock
 
     def on_model_loaded(self, entry) -> None:
         """The registry calls this once a model is loaded and warmed: its load and warm-up seconds, its engine,
@@ -83,9 +87,13 @@ class ServerMetrics:
             children["postprocess"].observe(t.postprocess_ms / 1e3)
         return observe
 
-    def on_request(self, status: int, seconds: float) -> None:
-        self.requests.labels(str(status)).inc()
-        self.latency.observe(seconds)
+    def on_request(self, status: int, seconds: float, route: str) -> None:
+        children = self._children.get((route, status))
+        if children is None:
+            children = self._children[(route, status)] = (self.requests.labels(route, str(status)),
+                                                          self.latency.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
         now = time.monotonic()
         self._done.append(now)
         while self._done and self._done[0] < now - 10.0:
@@ -118,17 +126,21 @@ def input_fingerprint(texts: list[str]) -> str:
     return h.hexdigest()[:12]
 
 
-def log_request(request_id: str, status: int, seconds: float, texts: list[str] | None, model: str | None,
-                error: str | None = None) -> None:
+def text_fields(texts: list[str]) -> dict:
+    """What a log line may say about texts: how many, how long, a fingerprint. Never the texts."""
+    return {"n_inputs": len(texts), "input_chars": sum(len(t) for t in texts),
+            "input_sha256_prefix": input_fingerprint(texts)}
+
+
+def log_request(request_id: str, status: int, seconds: float, route: str, method: str, fields: dict) -> None:
+    """One JSON line per request, written by the serving edge (server/edge.py) with what the handler noted."""
     if not ACCESS_LOG.isEnabledFor(logging.INFO):
         return
-    fields = {"request_id": request_id, "status": status, "latency_ms": round(seconds * 1e3, 2), "model": model}
-    if texts is not None:
-        fields.update(n_inputs=len(texts), input_chars=sum(len(t) for t in texts),
-                      input_sha256_prefix=input_fingerprint(texts))
-    if error:
-        fields["error"] = error[:200]
-    ACCESS_LOG.info("predict", extra={"fields": fields})
+    entry = {"request_id": request_id, "route": route, "method": method, "status": status,
+             "latency_ms": round(seconds * 1e3, 2), **fields}
+    if isinstance(entry.get("error"), str):
+        entry["error"] = entry["error"][:200]
+    ACCESS_LOG.info("request", extra={"fields": entry})
 
 
 def configure_json_logging(stream=None, level: int = logging.INFO) -> logging.Handler:

@@ -78,7 +78,7 @@ class ModelRegistry:
     def __init__(self, loaders: dict[str, Callable[[], object]], default: str, max_models: int = 2,
                  max_bytes: int | None = None, batcher_kwargs: dict | None = None, torch_threads: int | None = None,
                  on_batch=None, on_load=None, warmup: bool = True, freeze_gc: bool = False):
-        if default not in loaders:
+        if (loaders or default is not None) and default not in loaders:   # none at all: a generation-only server
             raise ValueError(f"default model {default!r} is not among the loaders {sorted(loaders)}")
         if max_models < 1:
             raise ValueError(f"max_models must be at least 1 (got {max_models})")
@@ -102,6 +102,9 @@ class ModelRegistry:
     async def get(self, name: str | None = None) -> LoadedModel:
         """The loaded model for `name` (default if None), loading it first if needed."""
         name = name or self.default
+        if not self.loaders:
+            raise UnknownModelError("this server serves no classification model; it generates text "
+                                    "(POST /v1/completions or /v1/chat/completions)")
         if name not in self.loaders:
             raise UnknownModelError(f"unknown model {name!r}; this server has {self.names()}")
         entry = self.loaded.get(name)

@@ -118,7 +118,7 @@ def exposure_problem(host: str, api_key: str | None, allow_public_without_key: b
 def build_parser() -> argparse.ArgumentParser:
     """The flags of `ailab serve`: where to bind and which engine, then one per ServerConfig field
     (their defaults and bounds live in server/config.py, and AILAB_<FIELD> variables set them too)."""
-    p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP. "
+    p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP, or (--generate) a byte-level GPT through OpenAI's completions API. "
                                 "Every setting can also come from an AILAB_<SETTING> environment variable "
                                 "(AILAB_MAX_BATCH_SIZE=8); a flag wins over the variable.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
@@ -135,8 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=1,
                    help="with --ray: Ray nodes to start on this machine (a test cluster: one raylet each)")
     p.add_argument("--generate", default=None, metavar="SIZE",
-                   help="also serve POST /v1/generate with a byte-level tiny_gpt of this size (1m, 8m or 30m): random "
-                        "weights, or those notebook 5.1 trained and saved (--generate-weights)")
+                   help="serve OpenAI's /v1/completions and /v1/chat/completions with a byte-level tiny_gpt of this "
+                        "size (1m, 8m or 30m): random weights, or those notebook 5.1 trained and saved "
+                        "(--generate-weights). Alone, it serves generation only (no encoder weights needed)")
+    p.add_argument("--classifier", action="store_true",
+                   help="with --generate: serve the sentiment classifier (POST /v1/predict) beside it")
+    p.add_argument("--generation-in-thread", action="store_true",
+                   help="with --generate: run the engine core in a thread of the server's process instead of a "
+                        "process of its own (which keeps the HTTP side's Python off the core's GIL)")
+    p.add_argument("--served-model-name", default=None, metavar="NAME",
+                   help="with --generate: the model name clients send and /v1/models lists (default ailab-gpt-SIZE)")
     p.add_argument("--generate-weights", default=None, metavar="FILE",
                    help="with --generate: a .safetensors file written by ailab.generation.train.save_lm")
     p.add_argument("--generate-sha256", default=None, metavar="HEX",
@@ -174,11 +182,12 @@ def serve_main(argv: list[str] | None = None) -> int:
     from ailab.models import WeightsIntegrityError
 
     try:
-        generation = generation_engine(args)
-    except (ValueError, OSError, WeightsIntegrityError) as e:
+        generation = generation_engine(args, config.torch_threads)
+    except (ValueError, OSError, RuntimeError, WeightsIntegrityError) as e:
         print(f"ailab serve: {e}", file=sys.stderr)
         return 2
-    models, default = default_models(args.engine, config.too_long)
+    models, default = default_models(args.engine, config.too_long) if generation is None or args.classifier \
+        else ({}, None)
     if args.ray:
         if generation is not None:
             generation.close()
@@ -186,11 +195,12 @@ def serve_main(argv: list[str] | None = None) -> int:
             return 2
         return _serve_with_ray(args, models, default, config)
     app = create_app(models, default, config, generation=generation)
-    print(f"loading the model (engine={args.engine}) ...", file=sys.stderr, flush=True)
+    print(f"loading the model{'s' if models and generation else ''} ...", file=sys.stderr, flush=True)
     handle = start_in_thread(app, args.host, args.port, log_level="warning",
                              allow_public_without_key=args.allow_public_without_key)
-    also = ", POST /v1/generate" if generation is not None else ""
-    print(f"ailab server ready at {handle.url}  (POST {handle.url}/v1/predict{also}, GET /healthz /readyz /metrics)",
+    routes = (["POST /v1/predict"] if models else []) + \
+        ([f"POST /v1/completions /v1/chat/completions (model {generation.name!r})"] if generation else [])
+    print(f"ailab server ready at {handle.url}  ({', '.join(routes)}; GET /v1/models /healthz /readyz /metrics)",
           flush=True)
     signal.signal(signal.SIGTERM, lambda *_: handle.server.__setattr__("should_exit", True))
     try:
@@ -202,26 +212,33 @@ def serve_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def generation_engine(args):
+def generation_engine(args, threads: int | None = None):
     """The GenerationEngine that --generate asks for, or None. A bad flag raises ValueError; a weights file that
     is missing or differs from its trusted hash, WeightsIntegrityError."""
     if args.generate is None:
-        if args.generate_weights or args.generate_sha256:
-            raise ValueError("--generate-weights and --generate-sha256 need --generate SIZE (the model's size)")
+        if args.generate_weights or args.generate_sha256 or args.classifier or args.served_model_name \
+                or args.generation_in_thread:
+            raise ValueError("--generate-weights, --generate-sha256, --classifier, --served-model-name and "
+                             "--generation-in-thread need --generate SIZE (the model's size)")
         return None
-    from ailab.device import pick_device
-    from ailab.generation import Decoder
-    from ailab.generation.train import load_lm
-    from ailab.models import tiny_gpt
-    from ailab.server.generate import GenerationEngine
+    from functools import partial
+
+    from ailab.generation.engine_core import default_core_threads, generation_model
+    from ailab.server.llm_engine import GenerationEngine
 
     if args.generate_weights and not args.generate_sha256:
         raise ValueError("--generate-weights needs --generate-sha256 (the hash save_lm returned): an unverified "
                          "file is never loaded")
-    hf = load_lm(args.generate_weights, args.generate_sha256, args.generate) if args.generate_weights \
-        else tiny_gpt(args.generate)
-    # Where the classifiers run (predictors.py picks the same device); the KV block pool follows the model.
-    return GenerationEngine(Decoder(hf.to(pick_device())))
+    if args.generate_weights:
+        from ailab.models import verify_file
+
+        verify_file(args.generate_weights, args.generate_sha256)   # refused here, with its words, before any process
+    factory = partial(generation_model, args.generate, args.generate_weights, args.generate_sha256)
+    name = args.served_model_name or f"ailab-gpt-{args.generate}"
+    threads = threads or default_core_threads()
+    if args.generation_in_thread:
+        return GenerationEngine(factory(), name=name, threads=threads)
+    return GenerationEngine(factory, name=name, threads=threads, process=True)
 
 
 def _serve_with_ray(args, models, default, config) -> int:

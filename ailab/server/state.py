@@ -20,13 +20,19 @@ class ServerState:
     started: float = field(default_factory=time.time)
     in_flight: int = 0
     loop: asyncio.AbstractEventLoop | None = None
-    generation: object | None = None     # a server.generate.GenerationEngine when the app serves /v1/generate
+    generation: object | None = None     # a server.llm_engine.GenerationEngine behind the OpenAI routes
     _rss: tuple = (0.0, 0)
 
     async def load_default(self) -> None:
-        """Load and warm the default model; on failure the server lives on and /readyz says why."""
+        """Load and warm the default model, and the generation model's engine; on failure the server lives on
+        and /readyz says why."""
         try:
-            await self.registry.get(self.registry.default)
+            if self.registry.default is not None:
+                await self.registry.get(self.registry.default)
+            if self.generation is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.generation.ready.wait)
+                if not self.generation.healthy:
+                    raise RuntimeError(self.generation.dead_reason)
             self.ready = True
         except Exception as e:  # noqa: BLE001 - a fallback may still answer
             self.load_error = f"{type(e).__name__}: {e}"

@@ -15,9 +15,12 @@ ALLOWED_KEYS = {"inputs", "model"}
 
 
 class InvalidRequest(ValueError):
-    def __init__(self, status: int, message: str):
+    """A request the server refuses: its HTTP status, a message a client can act on, and the parameter at fault
+    when there is one (OpenAI's error body names it)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.param = status, message, param
 
 
 @dataclass

@@ -92,7 +92,7 @@ def _per_call_us(fn, n: int) -> float:
 def handler_costs(n: int = 2000, text: str = "a wonderful, moving film") -> dict:
     """Microseconds per request of the handler's own Python, each step called as the handler calls it."""
     from ailab.server.config import ServerConfig
-    from ailab.server.metrics import ACCESS_LOG, JsonLineFormatter, log_request
+    from ailab.server.metrics import ACCESS_LOG, JsonLineFormatter, log_request, text_fields
     from ailab.server.routes import _json
     from ailab.server.validation import parse_predict
 
@@ -109,7 +109,8 @@ def handler_costs(n: int = 2000, text: str = "a wonderful, moving film") -> dict
     try:
         return {"parse_and_validate_us": _per_call_us(lambda: parse_predict(body, config.max_items, config.max_chars), n),
                 "serialise_us": _per_call_us(lambda: _json(answer).body, n),
-                "access_log_us": _per_call_us(lambda: log_request("r1", 200, 0.02, [text], "sentiment"), n)}
+                "access_log_us": _per_call_us(lambda: log_request(
+                    "r1", 200, 0.02, "/v1/predict", "POST", {**text_fields([text]), "model": "sentiment"}), n)}
     finally:
         ACCESS_LOG.setLevel(saved[0])
         ACCESS_LOG.propagate = saved[1]

