@@ -343,3 +343,42 @@ def test_scale_suite_quick_on_the_real_server():
     assert out["best_within_slo_clients"] in (1, 8) and out["best_within_slo_rps"] > 0
     assert out["soak_minutes"] == pytest.approx(0.1) and abs(out["soak_rss_slope_mb_per_min"]) < 1000
     assert json.dumps(out)
+
+
+# --------------------------------------------------------------------------- a soak's verdict needs data behind it
+
+def _soak_of(minutes: float, rss, p99, rss_limit=1.0, p99_limit=20.0):
+    """A SoakResult over evenly spaced samples (no server: the verdict reads only the samples and the length)."""
+    from types import SimpleNamespace
+
+    from ailab.bench.soak import SoakResult
+
+    t = np.linspace(0, minutes * 60, len(rss))
+    samples = [{"t_s": float(ti), "rss_mb": float(r), "p50_ms": 5.0, "p99_ms": float(p), "rps": 50.0}
+               for ti, r, p in zip(t, rss, p99)]
+    load = SimpleNamespace(duration_s=minutes * 60, rps=50.0, stats=SimpleNamespace(p99_ms=40.0))
+    return SoakResult(load, samples, None, rss_limit, p99_limit)
+
+
+def _noise(n, scale, seed=0):
+    return np.random.default_rng(seed).normal(0, scale, n)
+
+
+@pytest.mark.parametrize("minutes, rss, p99, want, why", [
+    # the 1-minute soak that called a flat server leaky: 631.1 -> 632.6 MB is within one allocator step
+    (1.0, np.linspace(631.1, 632.6, 30), np.full(30, 40.0), "too short to tell", "allocator step"),
+    (10.0, 700 + _noise(30, 0.2), 40 + _noise(30, 1.0), "steady", "under the limit"),
+    (10.0, 700 + 2.0 * np.linspace(0, 10, 30) + _noise(30, 0.2), 40 + _noise(30, 1.0), "memory grows", "over"),
+    (0.2, 700 + 50 * np.linspace(0, 0.2, 30), np.full(30, 40.0), "memory grows", "over"),      # 10 MB in 12 s
+    (10.0, np.full(30, 700.0), 40 + 50 * np.linspace(0, 10, 30) + _noise(30, 2.0), "latency drifts", "over"),
+    (10.0, 700 + 3.0 * np.linspace(0, 10, 30), 40 + 50 * np.linspace(0, 10, 30), "memory grows, latency drifts",
+     "over"),
+    (0.5, 700 + _noise(30, 3.0), np.full(30, 40.0), "too short to tell", "not enough data"),   # noisy and short
+    (10.0, np.full(30, 700.0), 40 + _noise(30, 400.0), "too short to tell", "not enough data"),  # p99 all over
+    (10.0, [700.0, 700.0, 700.0], [40.0, 40.0, 40.0], "too short to tell", "not enough data"),  # no error bar
+])
+def test_a_soak_verdict_needs_data_behind_it(minutes, rss, p99, want, why):
+    sk = _soak_of(minutes, rss, p99)
+    assert sk.verdict == want, (sk.verdict, sk.verdict_reason)
+    assert why in sk.verdict_reason
+    assert sk.summary()["soak_verdict_reason"] == sk.verdict_reason
