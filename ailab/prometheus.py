@@ -17,11 +17,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ailab.monitoring import parse_duration
-from ailab.services import ServiceError, _wait_until, dies_with_this_process, free_port, stop_process
+from ailab.services import HeldServer, ServiceError, _wait_until, dies_with_this_process, free_port
 
 _INSTALL = "Install Debian's Prometheus: `apt-get install -y prometheus` (it brings promtool too)."
 
@@ -66,14 +67,8 @@ def scaled_rules(path: str | Path, out: str | Path, time_scale: float, min_windo
 # --------------------------------------------------------------------------- the server
 
 @dataclass
-class PrometheusServer:
-    port: int
-    folder: Path
-    proc: subprocess.Popen = field(repr=False)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class PrometheusServer(HeldServer):
+    stop_timeout_s: ClassVar[float] = 10.0
 
     def alerts(self) -> list[dict]:
         """Prometheus's own view of its alerts: [{'name', 'state' (pending/firing), 'active_at'}, ...]."""
@@ -87,15 +82,6 @@ class PrometheusServer:
 
         return httpx.get(self.url + "/api/v1/query", params={"query": promql}, timeout=5).json()["data"]["result"]
 
-    def stop(self) -> None:
-        stop_process(self.proc, timeout_s=10.0)
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def start_prometheus(targets: list[str], rules_files: list[str | Path] = (), scrape_interval_s: float = 0.5,

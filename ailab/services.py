@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from ailab.scratch import scratch_dir
 
@@ -83,29 +84,37 @@ def _tail(log: Path | None, n: int = 20) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
 
 
-# --------------------------------------------------------------------------- Redis
+# --------------------------------------------------------------------------- one holder for every server we start
 
 @dataclass
-class RedisServer:
+class HeldServer:
+    """A server this process started and owns: the port it listens on, the scratch folder it writes (removed on
+    stop), and its process (None where the server daemonises itself, as pg_ctl does). Redis, PostgreSQL,
+    Prometheus and `ailab serve` are each this, plus what they alone offer."""
+
     port: int
     folder: Path
-    proc: subprocess.Popen = field(repr=False)
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    scheme: ClassVar[str] = "http"
+    stop_timeout_s: ClassVar[float] = 5.0   # SIGTERM, then SIGKILL after this long (a server drains first)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self, **kwargs):
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
+        if self.proc is None:
+            raise ServiceError(f"{type(self).__name__} daemonised itself: this process holds no child for it")
         return self.proc.pid
 
+    def _halt(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, self.stop_timeout_s)
+
     def stop(self) -> None:
-        stop_process(self.proc)
+        self._halt()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self):
@@ -113,6 +122,22 @@ class RedisServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+# --------------------------------------------------------------------------- Redis
+
+@dataclass
+class RedisServer(HeldServer):
+    scheme: ClassVar[str] = "redis"
+
+    @property
+    def url(self) -> str:
+        return super().url + "/0"
+
+    def client(self, **kwargs):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
 
 def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = "redis-server") -> RedisServer:
@@ -175,10 +200,8 @@ def _as_db_user(cmd: list[str]) -> list[str]:
 
 
 @dataclass
-class PostgresServer:
-    port: int
-    folder: Path
-    bin_dir: Path
+class PostgresServer(HeldServer):
+    bin_dir: Path = field(kw_only=True)
     user: str = "ailab"
 
     @property
@@ -194,17 +217,10 @@ class PostgresServer:
 
         return psycopg.connect(self.dsn, **kwargs)
 
-    def stop(self) -> None:
+    def _halt(self) -> None:  # pg_ctl daemonised the server: pg_ctl stops it
         if (self.data_dir / "postmaster.pid").exists():
             subprocess.run(_as_db_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate",
                                         "-w", "-t", "20", "stop"]), capture_output=True, timeout=30)
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> PostgresServer:
@@ -216,7 +232,7 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
     bin_dir = pg_bin_dir()
     port = port or free_port()
     folder = Path(tempfile.mkdtemp(prefix="ailab-pg-"))
-    server = PostgresServer(port, folder, bin_dir)
+    server = PostgresServer(port, folder, bin_dir=bin_dir)
     if os.geteuid() == 0:
         import pwd
 
@@ -254,29 +270,14 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
 # --------------------------------------------------------------------------- the ailab server, as its own process
 
 @dataclass
-class ServerProcess:
+class ServerProcess(HeldServer):
     """`ailab serve` in a child process: its own GIL, its own RSS (what a soak should watch)."""
 
-    url: str
-    proc: subprocess.Popen = field(repr=False)
-    log: Path
+    stop_timeout_s: ClassVar[float] = 30.0   # SIGTERM first: the server drains in-flight requests, then exits
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        stop_process(self.proc, timeout_s)  # SIGTERM first: the server drains in-flight requests, then exits
-        try:
-            self.log.unlink()
-        except FileNotFoundError:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
+    def log(self) -> Path:
+        return self.folder / "serve.log"
 
 
 def start_ailab_server(args: list[str] | tuple = (), port: int | None = None, timeout_s: float = 240.0) -> ServerProcess:
@@ -286,12 +287,13 @@ def start_ailab_server(args: list[str] | tuple = (), port: int | None = None, ti
     import httpx
 
     port = port or free_port()
-    fd, log_name = tempfile.mkstemp(prefix="ailab-serve-", suffix=".log")
-    log = Path(log_name)
+    folder = Path(tempfile.mkdtemp(prefix="ailab-serve-"))
+    log = folder / "serve.log"
     cmd = [sys.executable, "-m", "ailab.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--quiet", *args]
-    proc = subprocess.Popen(dies_with_this_process(cmd), stdout=fd, stderr=fd, start_new_session=True)
-    os.close(fd)
-    server = ServerProcess(f"http://127.0.0.1:{port}", proc, log)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    server = ServerProcess(port, folder, proc)
 
     def ready():
         return httpx.get(server.url + "/readyz", timeout=2).status_code == 200

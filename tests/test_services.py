@@ -83,3 +83,26 @@ def test_free_port_is_free():
     port = S.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # would raise if something listened there
+
+
+def test_every_server_we_start_is_one_holder(tmp_path):
+    """Port, scratch folder, process, URL, stop and `with` are written once (HeldServer); each server adds only
+    what it alone offers. Stopping removes the scratch, whichever server it is."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from ailab.prometheus import PrometheusServer
+
+    for cls in (S.RedisServer, S.PostgresServer, PrometheusServer, S.ServerProcess):
+        assert issubclass(cls, S.HeldServer), cls
+        assert [f.name for f in dataclasses.fields(cls)][:3] == ["port", "folder", "proc"], cls
+        assert not {"pid", "stop", "__enter__", "__exit__"} & set(vars(cls)), cls
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (tmp_path / "serve.log").write_text("started\n")
+    with S.ServerProcess(8123, tmp_path, proc) as held:
+        assert held.url == "http://127.0.0.1:8123" and held.pid == proc.pid and held.log.read_text() == "started\n"
+    assert proc.poll() is not None and not tmp_path.exists()
+    assert S.RedisServer(6379, tmp_path).url == "redis://127.0.0.1:6379/0"
+    with pytest.raises(S.ServiceError, match="daemonised"):
+        S.PostgresServer(5432, tmp_path, bin_dir=tmp_path).pid
