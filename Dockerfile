@@ -18,7 +18,8 @@ RUN useradd --create-home learner
 COPY --from=build /venv /venv
 WORKDIR /home/learner/course
 COPY --chown=learner . .
-RUN /venv/bin/pip install --no-cache-dir --no-deps -e . && /venv/bin/ailab doctor
+RUN /venv/bin/pip install --no-cache-dir --no-deps -e . && /venv/bin/ailab doctor \
+ && mkdir -p /venv/share/jupyter/lab/settings && cp deploy/jupyterlab/overrides.json /venv/share/jupyter/lab/settings/
 USER learner
 ENV PATH=/venv/bin:$PATH HF_HUB_OFFLINE=1
 EXPOSE 8888

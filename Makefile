@@ -17,7 +17,11 @@ REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_servin
 .PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
 
 ## setup: create .venv if missing and install the pinned package, its tools and the offline data
-setup: $(STAMP)
+# The course's JupyterLab settings (no "get notified about Jupyter news?" pop-up: the course works offline).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+setup: $(STAMP) $(LAB_SETTINGS)
+$(LAB_SETTINGS): deploy/jupyterlab/overrides.json $(STAMP)
+	mkdir -p $(dir $@) && cp $< $@
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "ailab needs Python 3.11; found " + sys.version.split()[0] + ". Set PY=/path/to/python3.11")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

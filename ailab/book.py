@@ -210,15 +210,25 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
               "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": LAB_PATTERNS},
               # plotly.js once for the whole book, from the installed plotly (offline; figures call Plotly.newPlot)
               "sphinx": {"config": {"html_show_copyright": False, "html_static_path": ["_static"],
-                                    "html_js_files": ["plotly.min.js"]}}}
+                                    "html_js_files": ["plotly.min.js"], "html_css_files": ["ailab.css"]}}}
     static = src / "_static"
     static.mkdir(exist_ok=True)
+    (static / "ailab.css").write_text(BOOK_CSS, encoding="utf-8")
     import plotly
 
     shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", static / "plotly.min.js")
     (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
     (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return src
+
+
+# The course's code lines run past the book's column, and the theme cuts them: wrap them instead (a wrapped
+# line keeps its indent; outputs, tables of figures, wrap the same way).
+BOOK_CSS = """div.highlight pre, div.cell_output pre, .output pre {
+  white-space: pre-wrap;
+  overflow-wrap: anywhere;
+}
+"""
 
 
 def main() -> int:

@@ -204,6 +204,7 @@ def tradeoff_figure(rows: list[TradeOff]):
     """Recall@10 against p50 latency, one line per index kind (nprobe labels the points)."""
     import plotly.graph_objects as go
 
+    from ailab import viz
     from ailab.device import describe_hardware
 
     fig = go.Figure()
@@ -214,7 +215,8 @@ def tradeoff_figure(rows: list[TradeOff]):
                                  text=[f"nprobe={r.nprobe}" if r.nprobe else "exact" for r in pts]))
     fig.update_layout(title={"text": f"Recall@10 vs latency per query<br><sup>measured on {describe_hardware().one_line()}</sup>"},
                       xaxis_title="p50 latency per query (ms, log)", yaxis_title="recall@10 vs exact search",
-                      template="plotly_white", height=420, xaxis_type="log")
+                      template="plotly_white", height=420)
+    fig.update_xaxes(**viz.log_axis([r.p50_ms for r in rows]))
     return fig
 
 

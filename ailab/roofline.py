@@ -134,6 +134,7 @@ def roofline_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dic
     import numpy as np
     import plotly.graph_objects as go
 
+    from ailab import viz
     from ailab.device import describe_hardware
 
     xs = np.logspace(np.log10(ROOF_RANGE[0]), np.log10(ROOF_RANGE[1]), 60)
@@ -142,8 +143,8 @@ def roofline_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dic
     for r in op_rows:
         fig.add_trace(go.Scatter(x=[r["intensity"]], y=[r["gflops"]], mode="markers+text", text=[r["op"]],
                                  textposition="top center", name=r["op"], marker={"size": 11}))
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte)")
-    fig.update_yaxes(type="log", title="GFLOP/s")
+    fig.update_xaxes(**viz.log_axis([x for t in fig.data for x in t.x]), title="arithmetic intensity (FLOP per byte)")
+    fig.update_yaxes(**viz.log_axis([y for t in fig.data for y in t.y]), title="GFLOP/s")
     fig.update_layout(title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
                       template="plotly_white", height=480, showlegend=False)
     return fig

@@ -1,6 +1,7 @@
 """Plotly figure builders shared by the notebooks. Every figure names the hardware it measured."""
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -27,21 +28,64 @@ def hardware_label() -> str:
     return describe_hardware().one_line()
 
 
+# Log axes get ticks a reader can read: at the points themselves when they are a few whole numbers (batch sizes
+# 1, 2, 4, 8, 16, 32), else at 1-2-5 steps over the data's range. Plotly's own log ticks label the minor digits
+# (9 1 2 3 ... 10 2 3), which read as noise.
+MAX_LABELLED_POINTS = 12
+
+
+def _log_ticks(values: Sequence) -> list[float]:
+    points = sorted({float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0})
+    if not points:
+        return []
+    if len(points) <= MAX_LABELLED_POINTS and all(v.is_integer() for v in points):
+        return points
+    lo, hi = points[0], points[-1]
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for mantissas in ((1, 2, 5), range(1, 10)):      # within a decade or so, every digit
+        ticks = [m * 10.0 ** k for k in decades for m in mantissas]
+        ticks = [v for v in ticks if lo / 1.2 <= v <= hi * 1.2]
+        if len(ticks) >= 3:
+            return ticks
+    return ticks
+
+
+def log_axis(values: Sequence) -> dict:
+    """Plotly axis settings for a log axis over `values`, with readable ticks (see `_log_ticks`)."""
+    ticks = _log_ticks(values)
+    if len(ticks) < 2:
+        return {"type": "log"}
+    return {"type": "log", "tickmode": "array", "tickvals": ticks, "ticktext": [f"{v:g}" for v in ticks]}
+
+
+# A right-hand axis gets its own round ticks: plotly's default for an overlaying axis ("sync") puts them on the
+# left axis's grid lines, at values like 46 / 60 / 74 / 88.1.
+RIGHT_AXIS = {"tickmode": "auto", "showgrid": False}
+
+
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, subtitle: str | None, log_x: bool, log_y: bool):
     sub = subtitle if subtitle is not None else f"measured on {hardware_label()}"
     fig.update_layout(title={"text": f"{title}<br><sup>{sub}</sup>"}, xaxis_title=x_title, yaxis_title=y_title,
                       template="plotly_white", height=420, legend={"orientation": "h", "y": -0.2})
     if log_x:
-        fig.update_xaxes(type="log")
+        fig.update_xaxes(**log_axis([x for t in fig.data if t.yaxis in (None, "y", "y2") for x in (t.x or ())]))
     if log_y:
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(**log_axis([y for t in fig.data if t.yaxis in (None, "y") for y in (t.y or ())]))
     return fig
 
 
 def line_chart(x: Sequence, series: Mapping[str, Sequence[float]], title: str, x_title: str, y_title: str,
-               subtitle: str | None = None, log_x: bool = False, log_y: bool = False) -> go.Figure:
-    """One line per named series over a shared x axis."""
+               subtitle: str | None = None, log_x: bool = False, log_y: bool = False,
+               right: Mapping[str, Sequence[float]] | None = None, right_title: str | None = None) -> go.Figure:
+    """One line per named series over a shared x axis. `right`'s series (dotted) get an axis of their own on
+    the right, with its own scale and round ticks: a quantity of another size (per item beside per batch,
+    req/s beside ms) drawn on the left axis is flattened to a line at zero."""
     fig = go.Figure([go.Scatter(x=list(x), y=list(ys), mode="lines+markers", name=name) for name, ys in series.items()])
+    for name, ys in (right or {}).items():
+        fig.add_trace(go.Scatter(x=list(x), y=list(ys), mode="lines+markers", name=name, yaxis="y2",
+                                 line={"dash": "dot"}))
+    if right:
+        fig.update_layout(yaxis2={"title": right_title or "", "overlaying": "y", "side": "right", **RIGHT_AXIS})
     return _layout(fig, title, x_title, y_title, subtitle, log_x, log_y)
 
 
@@ -55,17 +99,12 @@ def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], 
 
 def sweep_figure(sweep) -> go.Figure:
     """A concurrency sweep (ailab.bench.sweep): p50/p99 and req/s against clients, the SLO line, the best point."""
-    import math
-
     pts = sweep.points()
     fig = line_chart([p["clients"] for p in pts], {"p99 ms": [p["p99_ms"] for p in pts],
                                                     "p50 ms": [p["p50_ms"] for p in pts]},
                      "Concurrency sweep: latency rises once the server saturates", "concurrent clients",
-                     "latency (ms)", log_x=True)
-    fig.add_trace(go.Scatter(x=[p["clients"] for p in pts], y=[p["rps"] for p in pts], name="req/s",
-                             yaxis="y2", mode="lines+markers", line={"dash": "dot"}))
+                     "latency (ms)", log_x=True, right={"req/s": [p["rps"] for p in pts]}, right_title="req/s")
     fig.add_hline(y=sweep.slo_p99_ms, line_dash="dash", annotation_text=f"SLO p99 {sweep.slo_p99_ms:g} ms")
-    fig.update_layout(yaxis2={"title": "req/s", "overlaying": "y", "side": "right"})
     if sweep.best_within_slo:
         best = sweep.best_within_slo["clients"]
         fig.add_vline(x=best, line_dash="dot")
@@ -79,10 +118,7 @@ def sweep_figure(sweep) -> go.Figure:
 def soak_figure(soak) -> go.Figure:
     """A soak (ailab.bench.soak): RSS and p99 over the run, titled with the RSS slope and the verdict."""
     t = [s["t_s"] / 60 for s in soak.samples]
-    fig = line_chart(t, {"RSS (MB)": [s["rss_mb"] for s in soak.samples]},
-                     f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
-                     "minutes", "RSS (MB)")
-    fig.add_trace(go.Scatter(x=t, y=[s["p99_ms"] for s in soak.samples], name="p99 ms", yaxis="y2",
-                             mode="lines+markers", line={"dash": "dot"}))
-    fig.update_layout(yaxis2={"title": "p99 (ms)", "overlaying": "y", "side": "right"})
-    return fig
+    return line_chart(t, {"RSS (MB)": [s["rss_mb"] for s in soak.samples]},
+                      f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
+                      "minutes", "RSS (MB)", right={"p99 ms": [s["p99_ms"] for s in soak.samples]},
+                      right_title="p99 (ms)")

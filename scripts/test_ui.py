@@ -47,8 +47,7 @@ def start_jupyter(port: int, token: str, root: Path) -> subprocess.Popen:
     log = open(ROOT / "build" / "test-ui-jupyter.log", "w")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
         + (["--allow-root"] if os.geteuid() == 0 else []),
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline = time.time() + 60
@@ -105,10 +104,31 @@ def _run_all_and_check(page, screenshot: Path) -> None:
     page.screenshot(path=str(screenshot), full_page=False)
     assert errors.count() == 0, "a cell raised; see the screenshot"
     assert plot.count() >= 1 and widget.count() >= 1
+    # JupyterLab opens as `make lab` opens it (the course's settings, deploy/jupyterlab/overrides.json): no
+    # "get notified about Jupyter news?" pop-up over the notebook.
+    assert page.get_by_text("notified about").count() == 0, "JupyterLab asked about Jupyter news; see the screenshot"
+    _check_tour_chart(plot.first)
     # The widget is live: typing redraws the answer through the kernel.
     widget.first.fill("an utterly joyless, boring film")
     widget.first.press("Enter")
     page.wait_for_function("() => document.body.innerText.includes('utterly joyless')", timeout=30_000)
+
+
+def _check_tour_chart(plot) -> None:
+    """The tour's prose says the time per item falls as the batch grows: drawn on the per-batch axis, that line
+    lies flat near zero. It must have an axis of its own that it fills, with ticks at the batch sizes."""
+    drawn = plot.evaluate("""el => {
+        const line = el._fullData.find(d => d.name.includes('per item'));
+        const batch = el._fullData.find(d => d.name.includes('per batch'));
+        const axis = name => el._fullLayout[name.replace('y', 'yaxis')];
+        return line && batch && {line: line.yaxis, batch: batch.yaxis, ys: [...line.y],
+                                 range: axis(line.yaxis).range, ticks: el._fullLayout.xaxis.tickvals};
+    }""")
+    assert drawn, "the tour's chart has no per-item and per-batch lines"
+    assert drawn["line"] != drawn["batch"], f"the per-item line shares the per-batch axis: {drawn}"
+    low, high = drawn["range"]
+    assert max(drawn["ys"]) - min(drawn["ys"]) >= 0.3 * (high - low), f"the per-item line looks flat: {drawn}"
+    assert drawn["ticks"] and all(float(t).is_integer() for t in drawn["ticks"]), f"x ticks: {drawn['ticks']}"
 
 
 def check_book_page(path: Path, screenshot: Path) -> int:

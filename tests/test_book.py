@@ -118,6 +118,8 @@ def test_the_book_serves_plotly_itself_and_figures_render_as_html_for_it(tmp_pat
     src = bk.write_jupyter_book(bk.check_book(ROOT / "book.yml"), ROOT, tmp_path / "src")
     sphinx = yaml.safe_load((src / "_config.yml").read_text())["sphinx"]["config"]
     assert sphinx["html_js_files"] == ["plotly.min.js"] and (src / "_static" / "plotly.min.js").stat().st_size > 1e6
+    # code lines longer than the book's column wrap rather than being cut
+    assert sphinx["html_css_files"] == ["ailab.css"] and "pre-wrap" in (src / "_static" / "ailab.css").read_text()
     code = ("import ailab, plotly.io as pio, plotly.graph_objects as go; "
             "b = pio.renderers[pio.renderers.default].to_mimebundle(go.Figure(go.Bar(y=[1, 2])).to_dict()); "
             "print(sorted(b), 'Plotly.newPlot' in b['text/html'], 'http' in b['text/html'])")

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1] / "ailab"
 
 RANK = {
     "device": 0, "timing": 0, "aio": 0, "scratch": 0,   # the hardware, how to time it, async from sync, scratch files
+    "viz": 0,                                       # figures: plotly and the hardware's name, nothing of ours above
     "roofline": 1, "memory": 1,                     # measurements built on them
     "data": 2, "models": 2, "minilm_travel": 2,     # the offline zoo and its data
     "engine": 3, "quantize": 3, "drift": 3, "variants": 3, "generation": 3,   # running models
@@ -18,7 +19,7 @@ RANK = {
     "server": 5,                                    # HTTP
     "bench": 6, "monitoring": 6, "workers": 6, "services": 6, "retrieval": 6, "prometheus": 6,   # the application layer
     "suites": 7,                                    # `ailab bench <suite>` composes everything below
-    "viz": 8, "widgets": 8, "labs": 8, "cli": 8, "book": 8, "doctor": 8,        # what learners touch
+    "widgets": 8, "labs": 8, "cli": 8, "book": 8, "doctor": 8,        # what learners touch
 }
 
 # Upward imports that still exist, each with its reason. The list may only shrink.

@@ -115,6 +115,8 @@ def grid_figure(rows: list[dict], max_wait_ms: float, max_batch_size: int):
     from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
+    from ailab import viz
+
     waits = sorted({r["max_wait_ms"] for r in rows})
     if max_wait_ms not in waits:
         raise ValueError(f"max_wait_ms={max_wait_ms} was not measured; choose one of {waits}")
@@ -130,9 +132,9 @@ def grid_figure(rows: list[dict], max_wait_ms: float, max_batch_size: int):
     fig.add_trace(go.Scatter(x=x, y=[r["p99_ms"] for r in line], name="p99 ms", mode="lines+markers"))
     fig.add_trace(go.Bar(x=x, y=[r["rps"] for r in line], name="requests/s", opacity=0.3), secondary_y=True)
     fig.add_vline(x=max_batch_size, line_dash="dot")
-    fig.update_xaxes(type="log", title="max_batch_size")
+    fig.update_xaxes(**viz.log_axis(x), title="max_batch_size")
     fig.update_yaxes(title_text="latency (ms)", secondary_y=False)
-    fig.update_yaxes(title_text="throughput (requests/s)", secondary_y=True)
+    fig.update_yaxes(title_text="throughput (requests/s)", secondary_y=True, **viz.RIGHT_AXIS)
     fig.update_layout(template="plotly_white", height=420, title={"text": (
         f"max_wait={max_wait_ms:g} ms, max_batch={max_batch_size}: {c['rps']:.0f} req/s, p50 {c['p50_ms']:.0f} ms, "
         f"p99 {c['p99_ms']:.0f} ms, mean batch {c['mean_batch_size']:.1f}")})
