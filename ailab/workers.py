@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ailab.batch_isolation import run_isolated
+from ailab.batching import run_isolated
 
 QUEUE = "ailab:jobs"
 RESULT_PREFIX = "ailab:result:"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ailab.batch_queue import PriorityLevels
+from ailab.batching import PriorityLevels
 from ailab.batching import DynamicBatcher, QueueFullError
 
 

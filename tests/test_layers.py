@@ -15,7 +15,7 @@ RANK = {
     "roofline": 1, "memory": 1,                     # measurements built on them
     "data": 2, "models": 2, "minilm_travel": 2,     # the offline zoo and its data
     "engine": 3, "quantize": 3, "drift": 3, "variants": 3, "generation": 3,   # running models
-    "batch_isolation": 4, "batch_types": 4, "batch_queue": 4, "batching": 4,   # batching: no model, no HTTP
+    "batching": 4,                                  # batching: no model, no HTTP
     "server": 5,                                    # HTTP
     "bench": 6, "monitoring": 6, "workers": 6, "services": 6, "retrieval": 6, "prometheus": 6,   # the application layer
     "suites": 7,                                    # `ailab bench <suite>` composes everything below
@@ -28,9 +28,6 @@ KNOWN_UPWARD: dict = {}   # (lower, higher) layer pairs allowed with a reason; n
 # Third-party packages a layer must not know.
 FORBIDDEN = {
     "batching": {"torch", "transformers", "onnxruntime", "fastapi", "starlette", "httpx", "uvicorn"},
-    "batch_isolation": {"torch", "transformers", "onnxruntime", "fastapi", "starlette", "httpx", "uvicorn"},
-    "batch_types": {"torch", "transformers", "onnxruntime", "fastapi", "starlette", "httpx", "uvicorn"},
-    "batch_queue": {"torch", "transformers", "onnxruntime", "fastapi", "starlette", "httpx", "uvicorn"},
     "engine": {"fastapi", "starlette", "httpx", "uvicorn"},
     "quantize": {"fastapi", "starlette", "httpx", "uvicorn"},
     "generation": {"fastapi", "starlette", "httpx", "uvicorn"},
@@ -126,6 +123,6 @@ def test_the_batcher_knows_no_model_and_no_http_and_the_engine_no_http():
     for mod, deps in graph().items():
         for dep in deps & FORBIDDEN.get(layer(mod), set()):
             bad.append(f"{mod} imports {dep}")
-        if layer(mod) in ("batching", "batch_isolation", "batch_types", "batch_queue"):
+        if layer(mod) == "batching":
             bad += [f"{mod} imports {d}" for d in deps if layer(d) in ("engine", "models", "quantize", "server")]
     assert not bad, "\n".join(sorted(bad))

@@ -82,7 +82,7 @@ def test_one_bad_input_fails_alone(r):
 
 
 def test_a_poisoned_batch_is_bisected_not_retried_text_by_text(r):
-    """The worker isolates like the batcher (batch_isolation.run_isolated): one bad text in 16 costs
+    """The worker isolates like the batcher (ailab.batching.isolation.run_isolated): one bad text in 16 costs
     1 + 2*log2(16) = 9 passes, where retrying each text alone would cost 17."""
     model = CountingModel()
     client, worker = QueueClient(r), BatchWorker(r, model, max_batch=16, max_wait_ms=5)

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ailab.batch_types import length_bucket
+from ailab.batching import length_bucket
 from ailab.batching import DynamicBatcher
 
 

@@ -1,5 +1,5 @@
 """What the DynamicBatcher promises its callers: its errors, its priority range, its statistics, and
-bucket functions. Kept apart from the batcher's machinery (ailab/batching.py, which re-exports all of it)
+bucket functions. Kept apart from the batcher's machinery (batcher.py; the package re-exports all of it)
 so each file reads in one sitting.
 """
 from __future__ import annotations

@@ -9,9 +9,9 @@ and memory is not multiplied by worker processes (torch releases the GIL inside 
 Admission control lives here too: a bounded queue (QueueFullError at once, not after a wait),
 per-request deadlines (DeadlineExceededError; expired requests are dropped before compute),
 priorities (higher first, FIFO among equals; each level has its own bound, and a waiting request
-ages, so no level starves: batch_queue.py) and optional length bucketing.
+ages, so no level starves: priority_queue.py) and optional length bucketing.
 
-Failure paths stay bounded: a poisoned item fails alone, found by bisection (batch_isolation.py);
+Failure paths stay bounded: a poisoned item fails alone, found by bisection (isolation.py);
 an error in a hook or in the loop fails only the batch it hit; a caller that goes away leaves the
 queue; and if the collector dies anyway, or close() gives up on a stuck batch, every pending
 request fails at once with a typed error instead of hanging (`healthy` says which happened).
@@ -27,12 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
-from ailab.aio import run_sync  # noqa: F401 - re-exported: notebooks drive the batcher from sync code
-from ailab.batch_isolation import run_isolated
-from ailab.batch_queue import PriorityLevels
-from ailab.batch_types import (MAX_PRIORITY, MIN_PRIORITY, BatcherClosedError, BatcherDeadError,  # noqa: F401
-                               BatcherError, BatcherStats, DeadlineExceededError, QueueFullError,
-                               _check_priority, length_bucket)
+from ailab.batching.isolation import run_isolated
+from ailab.batching.priority_queue import PriorityLevels
+from ailab.batching.types import (BatcherClosedError, BatcherDeadError, BatcherError, BatcherStats,
+                                  DeadlineExceededError, QueueFullError, _check_priority)
 
 log = logging.getLogger(__name__)
 

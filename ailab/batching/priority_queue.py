@@ -1,5 +1,5 @@
 """The DynamicBatcher's waiting room: one FIFO per priority level, a bound per level and in total, and the
-order the collector takes requests in (ailab/batching.py drives it; it knows no model and no HTTP).
+order the collector takes requests in (batcher.py drives it; it knows no model and no HTTP).
 
 Aging: a waiting request's effective priority is `priority + wait_s / age_s_per_level`, so a low level
 is never starved. Between two waiting requests the difference of effective priorities does not change
