@@ -122,3 +122,26 @@ def soak_figure(soak) -> go.Figure:
                       f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
                       "minutes", "RSS (MB)", right={"p99 ms": [s["p99_ms"] for s in soak.samples]},
                       right_title="p99 (ms)")
+
+
+def alert_figure(results, title: str) -> go.Figure:
+    """Alert results (ailab.monitoring.evaluate): one panel per rule, the metric over time, the threshold, firing
+    periods shaded."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=len(results), cols=1, shared_xaxes=True,
+                        subplot_titles=[f"{r.rule.name}: {r.rule.metric} {r.rule.op} {r.rule.threshold:g}"
+                                        for r in results])
+    for i, res in enumerate(results, 1):
+        t0 = res.states[0][0] if res.states else 0.0
+        xs = [ts - t0 for ts, _, _ in res.states]
+        fig.add_trace(go.Scatter(x=xs, y=[v for _, _, v in res.states], name=res.rule.metric, mode="lines+markers"),
+                      row=i, col=1)
+        fig.add_hline(y=res.rule.threshold, line_dash="dash", row=i, col=1)
+        for (ts, state, _), x in zip(res.states, xs):
+            if state == "firing":
+                fig.add_vrect(x0=x - 0.5, x1=x + 0.5, fillcolor="red", opacity=0.2, line_width=0, row=i, col=1)
+    fig.update_layout(title={"text": f"{title}<br><sup>measured on {hardware_label()}</sup>"},
+                      template="plotly_white", height=250 * len(results) + 100, showlegend=False)
+    fig.update_xaxes(title_text="seconds since recording started", row=len(results), col=1)
+    return fig

@@ -50,3 +50,15 @@ def test_the_figures_built_on_line_chart_keep_the_conventions():
     fig = viz.sweep_figure(sweep)
     assert fig.data[-1].name == "req/s" and fig.data[-1].yaxis == "y2"
     assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8]
+
+
+def test_the_alert_figure_draws_one_panel_per_rule_and_shades_firing():
+    from ailab import monitoring
+
+    rule = monitoring.Rule("HighP99", "expr", 2.0, "p99_ms", ">", 200.0, 60.0)
+    result = monitoring.evaluate(rule, [(float(t), 300.0 if 3 <= t <= 8 else 50.0) for t in range(12)])
+    assert result.fired
+    fig = viz.alert_figure([result, result], "drill")
+    assert len(fig.data) == 2 and len(fig.layout.annotations) == 2          # one panel (and title) per rule
+    firing = sum(1 for _, state, _ in result.states if state == "firing")
+    assert firing and sum(1 for s in fig.layout.shapes if s.type == "rect") == 2 * firing
