@@ -14,7 +14,7 @@ NBVAL := $(BIN)/pytest -q --durations=25 --nbval-lax --nbval-current-env --nbval
 # travelling copy): make test's notebook pass does not run them a second time (keep both lists equal; a test does).
 REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_serving/ex_histogram_quantile.ipynb
 
-.PHONY: setup setup-gpu services lab test test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
+.PHONY: setup setup-gpu services lab test lint test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
 
 ## setup: create .venv if missing and install the pinned package, its tools and the offline data
 # The course's JupyterLab settings (no "get notified about Jupyter news?" pop-up: the course works offline).
@@ -58,11 +58,17 @@ lab: setup
 ## test: unit tests, every notebook and solution (nbval), and the lab-validity tests
 # Both halves always run, so one failure does not hide another; the target fails if either did.
 test: setup services gpu-bundle
-	@unit=0; nb=0; \
+	@lint=0; unit=0; nb=0; \
+	$(MAKE) --no-print-directory lint || lint=$$?; \
 	$(BIN)/pytest -q --durations=40 tests || unit=$$?; \
 	$(NBVAL) $(addprefix --ignore=,$(REHEARSED)) notebooks solutions || nb=$$?; \
-	echo "unit tests exit $$unit, notebooks exit $$nb"; \
-	[ $$unit = 0 ] && [ $$nb = 0 ]
+	echo "lint exit $$lint, unit tests exit $$unit, notebooks exit $$nb"; \
+	[ $$lint = 0 ] && [ $$unit = 0 ] && [ $$nb = 0 ]
+
+## lint: ruff's formatter and linter, as pyproject.toml's [tool.ruff] sets them (`ruff format .` fixes the first)
+lint: setup
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
 
 test-unit: setup
 	$(BIN)/pytest -q tests

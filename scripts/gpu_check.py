@@ -317,13 +317,13 @@ def sec_precision(ctx: Ctx) -> dict:
         inputs = encoder_inputs(batch, seq, device=dev)
         outs = {p: r.run(inputs) for p, r in runners.items()}  # (B, 384) float32 numpy, L2-normalised
 
-        def fwd(model):
+        def fwd(model, inputs):
             def call():
                 with torch.inference_mode():
                     return model(**inputs)
             return call
 
-        cmp = interleaved({p: fwd(r.model) for p, r in runners.items()}, rounds=15 if ctx.quick else 40,
+        cmp = interleaved({p: fwd(r.model, inputs) for p, r in runners.items()}, rounds=15 if ctx.quick else 40,
                           warmup=3, device=dev, max_seconds=8 if ctx.quick else 25)
         stats = cmp.stats
         row = {"batch": batch, "seq_len": seq, "rounds": stats["fp32"].n,
@@ -553,7 +553,7 @@ def _summary(name: str, res: dict) -> str:
             f"{p} x{v['median']} cos {r['error_vs_fp32'][p]['cosine_min']:.5f}" for p, v in r["speedup_vs_fp32"].items())
             for r in res["shapes"])
     if name == "batching_ceiling":
-        return (f"per item " + ", ".join(f"b{r['batch']} {r['per_item_ms']:.3f} ms" for r in res["rows"])
+        return ("per item " + ", ".join(f"b{r['batch']} {r['per_item_ms']:.3f} ms" for r in res["rows"])
                 + f" -> ceiling x{res['batching_ceiling']} at b{res['at_batch']} ({res['device']})")
     if name == "vram_timeline":
         return f"{res['n_samples']} samples; " + ", ".join(

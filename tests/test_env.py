@@ -69,7 +69,7 @@ def test_notebooks_are_stored_without_outputs():
 
 
 def test_ci_calls_make_test_only():
-    body = [l for l in (ROOT / ".ci/run").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    body = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert body[-1] == "make test"
     readme = (ROOT / "README.md").read_text()
     assert "make lab" in readme and "make test" in readme

@@ -28,7 +28,7 @@ LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def reader(chunks, *, split=LINE_END.split, decode=lambda b: b.decode("utf-8", errors="replace"), crlf_join=True,
-           value_of=lambda v: v[1:] if v.startswith(" ") else v, field_split=lambda l: l.partition(":")[::2],
+           value_of=lambda v: v[1:] if v.startswith(" ") else v, field_split=lambda line: line.partition(":")[::2],
            keep_all_data=True, reset_name=True, need_data=True, flush_at_end=False, default="message",
            comments=True):
     """The right reader with each rule a parameter, so a wrong answer changes exactly one of them."""
@@ -111,7 +111,7 @@ def crlf_split_in_two(chunks):
 
 
 def needs_the_space(chunks):
-    yield from reader(chunks, field_split=lambda l: l.split(": ", 1) if ": " in l else (l, ""), value_of=lambda v: v)
+    yield from reader(chunks, field_split=lambda line: line.split(": ", 1) if ": " in line else (line, ""), value_of=lambda v: v)
 
 
 def strips_the_value(chunks):
@@ -119,7 +119,7 @@ def strips_the_value(chunks):
 
 
 def splits_every_colon(chunks):
-    yield from reader(chunks, field_split=lambda l: (l.split(":")[0], l.split(":")[1] if ":" in l else ""))
+    yield from reader(chunks, field_split=lambda line: (line.split(":")[0], line.split(":")[1] if ":" in line else ""))
 
 
 def last_data_line_only(chunks):
@@ -152,8 +152,8 @@ def none_as_default_name(chunks):
 
 
 def comments_are_fields(chunks):
-    yield from reader(chunks, comments=False, field_split=lambda l: l.partition(":")[::2] if not l.startswith(":")
-                      else ("data", l[1:]))
+    yield from reader(chunks, comments=False, field_split=lambda line: line.partition(":")[::2] if not line.startswith(":")
+                      else ("data", line[1:]))
 
 
 # Issue 30's classes, each a reader that passes when the test data hides it.

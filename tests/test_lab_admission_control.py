@@ -215,7 +215,7 @@ def take_rebinds(queue, now, max_batch_size):
     while i < len(items) and len(batch) < max_batch_size:
         (batch if items[i].deadline > now else expired).append(items[i])
         i += 1
-    queue = deque(items[i:])  # noqa: F841 - the mistake under test
+    queue = deque(items[i:])  # the mistake under test
     return batch, expired
 
 

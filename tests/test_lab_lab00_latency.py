@@ -95,7 +95,7 @@ def right_ns(fn, sync=lambda: None, warmup=5, iters=30):
 def right_wraps_the_error(fn, sync=lambda: None, warmup=5, iters=30):  # keeps the cause: fine
     try:
         return right(fn, sync, warmup, iters)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise RuntimeError(f"timing {fn!r} failed") from e
 
 
@@ -272,7 +272,7 @@ def swallows_errors(fn, sync=lambda: None, warmup=5, iters=30):
     def safe(f):
         try:
             f()
-        except Exception:  # noqa: BLE001 - the mistake under test
+        except Exception:  # the mistake under test
             pass
     return right(lambda: safe(fn), lambda: safe(sync), warmup, iters)
 
@@ -281,7 +281,7 @@ def swallows_warmup_errors(fn, sync=lambda: None, warmup=5, iters=30):  # "a col
     for _ in range(warmup):
         try:
             fn()
-        except Exception:  # noqa: BLE001 - the mistake under test
+        except Exception:  # the mistake under test
             pass
     return right(fn, sync, 0, iters)
 
@@ -290,7 +290,7 @@ def swallows_sync_errors(fn, sync=lambda: None, warmup=5, iters=30):
     def safe_sync():
         try:
             sync()
-        except Exception:  # noqa: BLE001 - the mistake under test
+        except Exception:  # the mistake under test
             pass
     return right(fn, safe_sync, warmup, iters)
 
@@ -300,7 +300,7 @@ def retries_until_it_works(fn, sync=lambda: None, warmup=5, iters=30):
         for _ in range(3):
             try:
                 return fn()
-            except Exception:  # noqa: BLE001 - the mistake under test
+            except Exception:  # the mistake under test
                 continue
     return right(again, sync, warmup, iters)
 
@@ -308,7 +308,7 @@ def retries_until_it_works(fn, sync=lambda: None, warmup=5, iters=30):
 def hides_the_error(fn, sync=lambda: None, warmup=5, iters=30):
     try:
         return right(fn, sync, warmup, iters)
-    except Exception:  # noqa: BLE001
+    except Exception:
         raise ValueError("measurement failed") from None
 
 

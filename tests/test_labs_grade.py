@@ -168,7 +168,7 @@ def test_summary_has_one_line_per_learner_and_lab(graded):
 
 
 def test_tampering_sees_edits_and_deletions_but_not_answers_or_new_cells(course):
-    ref, fresh = course["ref"], lambda: nbformat.read(str(course["ref_path"]), as_version=4)  # noqa: E731
+    ref, fresh = course["ref"], lambda: nbformat.read(str(course["ref_path"]), as_version=4)
     protected = [i for i, _ in protected_cells(ref)]
     assert protected and all("NotImplementedError" not in ref.cells[i].source for i in protected)
     assert tampering(ref, nbformat.read(str(course["sol"]), as_version=4)) == []  # answers are the learner's

@@ -1,5 +1,4 @@
 """ailab.suites.request_time: the figures notebook 3/04 reads about where a request's time goes."""
-import logging
 import math
 import subprocess
 import sys

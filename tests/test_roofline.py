@@ -1,7 +1,6 @@
 """ailab.roofline: the roofline arithmetic, FLOP counts checked against torch's FlopCounterMode,
 and the microbenchmarks returning sane, positive figures."""
 import pytest
-import torch
 
 from ailab import roofline
 

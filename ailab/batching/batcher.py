@@ -263,7 +263,7 @@ class DynamicBatcher:
                         live.append(req)
                 if live:
                     await self._run_batch(loop, live, now)
-            except Exception as e:  # noqa: BLE001 - one batch's trouble must not stop the collector
+            except Exception as e:  # one batch's trouble must not stop the collector
                 self.stats.loop_errors += 1
                 log.error("%s: the collector failed on a batch of %d; failing only those", self.name, len(batch),
                           exc_info=e)
@@ -328,7 +328,7 @@ class DynamicBatcher:
         if self.on_batch is not None:
             try:
                 self.on_batch(len(batch), waits, compute_s)
-            except Exception as e:  # noqa: BLE001 - a metrics hook must not stop serving; answers are out
+            except Exception as e:  # a metrics hook must not stop serving; answers are out
                 self.stats.hook_errors += 1
                 log.error("%s: the on_batch hook raised (the batch was answered; serving goes on)", self.name,
                           exc_info=e)

@@ -6,7 +6,7 @@ parity check, and a text classifier with per-stage timing.
 - int8.py     quantize_dynamic_int8 (ONNX Runtime dynamic INT8; ailab.quantize re-exports it)
 - text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx/sentiment_runner
 """
-from ailab.engine.runners import (  # noqa: F401
+from ailab.engine.runners import (
     InputSpec,
     describe_spec,
     check_batch,
@@ -16,14 +16,14 @@ from ailab.engine.runners import (  # noqa: F401
     onnx_precision,
     OnnxRunner,
 )
-from ailab.engine.export import (  # noqa: F401
+from ailab.engine.export import (
     ExportParityError,
     ExportResult,
     default_dynamic_axes,
     resized_sample,
     export_onnx,
 )
-from ailab.engine.text import (  # noqa: F401
+from ailab.engine.text import (
     ClassifierWithEmbedding,
     text_input_spec,
     StageTimings,

@@ -134,7 +134,7 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
     try:
         with torch.no_grad():
             expected = model(**sample)
-    except Exception as e:  # noqa: BLE001 - we rephrase whatever the model raised
+    except Exception as e:  # we rephrase whatever the model raised
         shapes = {n: f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" for n, t in sample.items()}
         raise ValueError(f"the sample does not fit the model: {type(model).__name__}.forward({', '.join(params)}) "
                          f"raised {type(e).__name__}: {e} on sample {shapes}") from e
@@ -154,7 +154,7 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
             torch.onnx.export(model, tuple(sample.values()), str(path), dynamo=True, input_names=params,
                               output_names=list(output_names), dynamic_shapes=shapes, opset_version=opset,
                               external_data=False, verbose=False)  # one file: no .onnx.data beside it
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise RuntimeError(f"torch.onnx.export failed for {type(model).__name__}: {type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else ''}") from e
     seconds = time.perf_counter() - t0

@@ -239,7 +239,7 @@ class OnnxRunner(Runner):
         feed = {s.name: np.ascontiguousarray(_as_numpy(batch[s.name], s.name)) for s in self.input_spec}
         try:
             return self.session.run(None, feed)
-        except Exception as e:  # noqa: BLE001 - onnxruntime's own exception types; say it in words
+        except Exception as e:  # onnxruntime's own exception types; say it in words
             raise ValueError(f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
                              f"it expects {describe_spec(self.input_spec)}") from e
 

@@ -82,7 +82,7 @@ def answer(fn: Callable, *args, what: str, **kwargs) -> Any:
         return fn(*args, **kwargs)
     except (NotImplementedError, LabCheckFailed):
         raise
-    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+    except Exception as e:  # the learner's code may raise anything
         raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
 
 
@@ -96,7 +96,7 @@ def refused(fn: Callable, *args, error: type | tuple = ValueError, what: str, sh
         raise
     except error as e:
         return e
-    except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this names
+    except Exception as e:  # the wrong type is the mistake this names
         raise LabCheckFailed(f"{what}: {should}; your code raised {type(e).__name__}: {e}") from e
     raise LabCheckFailed(f"{what}: {should}; it returned {out!r}")
 

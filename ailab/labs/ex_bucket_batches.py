@@ -74,7 +74,7 @@ def _call(fn, args, what):
         return fn(*args)
     except NotImplementedError:
         raise
-    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+    except Exception as e:  # the learner's code may raise anything
         raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
 
 

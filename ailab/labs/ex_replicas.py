@@ -39,7 +39,7 @@ def _call(fn, *args, why="", **kwargs):
         return fn(*args, **kwargs), call
     except NotImplementedError:
         raise
-    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+    except Exception as e:  # the learner's code may raise anything
         raise LabCheckFailed(f"{call} raised {type(e).__name__}: {e}" + (f" - {why}" if why else "")) from e
 
 

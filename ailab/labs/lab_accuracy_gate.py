@@ -309,8 +309,8 @@ def check_gate_threshold(gate):
                f"{'pass' if out['passed'] else 'fail'}")
     case = _Case(900, 885, classes=2, seed=9)
     out = _run(gate, case, 2.0)  # the limit given positionally
-    expect(bool(out["passed"]), f"int8_gate(fp32, int8, X, y, 2.0): a 1.5-point drop should pass a 2-point limit; "
-                                f"yours says fail")
+    expect(bool(out["passed"]), "int8_gate(fp32, int8, X, y, 2.0): a 1.5-point drop should pass a 2-point limit; "
+                                "yours says fail")
 
 
 class _ModelError(RuntimeError):

@@ -257,7 +257,7 @@ def _judge_step_tokens(before: _Before, state: EngineState, what: str) -> None:
     for r in state.running:
         grew, want = len(r.output) - before.outputs.get(r.id, 0), 2 if r.id in admitted else 1
         if grew < want and r.id in admitted:
-            hint = (f"it was admitted (prefilled) in this step but left out of the step's decode: decode EVERY running "
+            hint = ("it was admitted (prefilled) in this step but left out of the step's decode: decode EVERY running "
                     "request, the ones just admitted too")
         elif grew < want:
             hint = "it was running and left out of the step's decode: one decode call takes every running request"

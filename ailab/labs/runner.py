@@ -61,7 +61,7 @@ def read_notebook(path: str | Path):
         raise FileNotFoundError(f"{path} does not exist; labs are listed in book.yml (for example labs/0_orientation/)")
     try:
         return nbformat.read(str(path), as_version=4)
-    except Exception as e:  # noqa: BLE001 - nbformat raises several kinds
+    except Exception as e:  # nbformat raises several kinds
         raise ValueError(f"{path} is not a readable Jupyter notebook: {e}") from e
 
 
@@ -112,7 +112,7 @@ def run_lab(path: str | Path, timeout: int = 900, limit_s: float | None = None) 
             except (CellTimeoutError, _TimeLimit):
                 limit = f"{limit_s:g} s for the notebook" if limit_s is not None else f"{timeout} s per cell"
                 status, detail = "timeout", f"time limit ({limit}) reached in cell {where['cell']}"
-            except Exception as e:  # noqa: BLE001 - sorted below: the learner's crash, or a kernel that never started
+            except Exception as e:  # sorted below: the learner's crash, or a kernel that never started
                 if where["cell"] is None and attempt + 1 < KERNEL_START_ATTEMPTS:
                     # No cell ran: the kernel failed to start (kernels started at once can race for the ports
                     # they were given). That is the machine's failure, not the learner's: start another.

@@ -206,7 +206,7 @@ class ServingEdge:
                 return await error_response(*refused, rid, openai)(scope, receive, send_and_count)
             try:
                 await self.app(scope, receive, send_and_count)
-            except Exception as e:  # noqa: BLE001 - every failure becomes an answer from the table, never a bare 500
+            except Exception as e:  # every failure becomes an answer from the table, never a bare 500
                 if sent["started"]:
                     raise               # the answer is half sent: nothing sane can follow it on this connection
                 status, message, retry = answer_for(e)

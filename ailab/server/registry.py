@@ -138,7 +138,7 @@ class ModelRegistry:
         t0 = time.perf_counter()
         try:
             predictor = await asyncio.get_running_loop().run_in_executor(model_thread, loader)
-        except Exception as e:  # noqa: BLE001 - reported as a load error with its cause
+        except Exception as e:  # reported as a load error with its cause
             model_thread.shutdown(wait=False)
             raise ModelLoadError(f"loading model {name!r} failed: {type(e).__name__}: {e}") from e
         load_s = time.perf_counter() - t0
@@ -162,7 +162,7 @@ class ModelRegistry:
                 await batcher.run_in_worker(predictor.verify)
             if self.warmup and hasattr(predictor, "warmup"):
                 warm_s = await batcher.run_in_worker(predictor.warmup, batcher.max_batch_size)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             await batcher.close(drain=False)
             raise ModelLoadError(f"model {name!r} failed its self-test: {type(e).__name__}: {e}") from e
         if self.freeze_gc:

@@ -82,7 +82,7 @@ async def predict(request: Request) -> Response:
             entry, outputs = await infer(registry, req, deadline, priority)
         except _NOT_A_BROKEN_MODEL:
             raise
-        except Exception as e:  # noqa: BLE001 - the model cannot serve: degrade if configured
+        except Exception as e:  # the model cannot serve: degrade if configured
             if config.fallback is None:
                 raise
             note(request, model="fallback", error=f"{type(e).__name__}: {e}")
