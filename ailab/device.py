@@ -3,6 +3,7 @@
 Everything else in ailab asks this module instead of probing torch itself, so the
 cuda -> mps -> cpu fallback lives in exactly one line (`pick_device`).
 """
+
 from __future__ import annotations
 
 import os

@@ -3,14 +3,27 @@
 Every check says what to run when it fails, because the reader of this output is a learner
 on their first day, not the person who wrote the Makefile.
 """
+
 from __future__ import annotations
 
 import importlib.metadata as md
 import sys
 from pathlib import Path
 
-PACKAGES = ["torch", "onnxruntime", "onnx", "transformers", "tokenizers", "numpy", "scikit-learn",
-            "fastapi", "plotly", "ipywidgets", "jupyterlab", "nbval"]
+PACKAGES = [
+    "torch",
+    "onnxruntime",
+    "onnx",
+    "transformers",
+    "tokenizers",
+    "numpy",
+    "scikit-learn",
+    "fastapi",
+    "plotly",
+    "ipywidgets",
+    "jupyterlab",
+    "nbval",
+]
 FIX = "run `make setup` (it creates .venv and installs every pinned package and offline data set)"
 
 
@@ -32,7 +45,7 @@ def _check(name: str, fn) -> dict:
 def _minilm() -> str:
     from ailab import models
 
-    source = models.minilm_source()               # the wheel, or its travelling copy where the wheel is absent
+    source = models.minilm_source()  # the wheel, or its travelling copy where the wheel is absent
     folder = models.minilm_dir(source)
     for fname, sha in models.TRUSTED_SHA256[source].items():
         models.verify_file(folder / fname, sha)
@@ -68,8 +81,10 @@ def _onnxruntime() -> str:
 
     installed = [d for d in ("onnxruntime", "onnxruntime-gpu") if _version(d)]
     if len(installed) > 1:
-        raise RuntimeError("both onnxruntime and onnxruntime-gpu are installed; they share a module name. "
-                           "Keep one: `pip uninstall -y onnxruntime` then `pip install --force-reinstall onnxruntime-gpu`")
+        raise RuntimeError(
+            "both onnxruntime and onnxruntime-gpu are installed; they share a module name. "
+            "Keep one: `pip uninstall -y onnxruntime` then `pip install --force-reinstall onnxruntime-gpu`"
+        )
     return f"{installed[0]} {ort.__version__}, providers built in: {ort.get_available_providers()}"
 
 
@@ -81,8 +96,10 @@ def _pinned() -> list[str]:
         import tomllib
 
         project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
-        return [*project["dependencies"], *(f'{d}; extra == "{extra}"' for extra, deps in
-                                            project["optional-dependencies"].items() for d in deps)]
+        return [
+            *project["dependencies"],
+            *(f'{d}; extra == "{extra}"' for extra, deps in project["optional-dependencies"].items() for d in deps),
+        ]
 
 
 def pin_drift(requirements: list[str] | None = None) -> list[dict]:
@@ -104,8 +121,13 @@ def pin_drift(requirements: list[str] | None = None) -> list[dict]:
             continue  # an extra that this environment did not ask for
         local = installed.split("+")[0] if installed else None  # torch 2.13.0+cpu is the 2.13.0 pin
         if pinned is None or local != pinned:
-            drift.append({"package": req.name, "pinned": pinned or str(req.specifier) or "unpinned",
-                          "installed": installed or "not installed"})
+            drift.append(
+                {
+                    "package": req.name,
+                    "pinned": pinned or str(req.specifier) or "unpinned",
+                    "installed": installed or "not installed",
+                }
+            )
     return drift
 
 
@@ -125,15 +147,17 @@ def conda_mirror_diff(pyproject: str | Path = "pyproject.toml", environment: str
         return {re.split(r"[=\[<>!~ ]", d, maxsplit=1)[0].lower(): d for d in lines}
 
     ours, theirs = by_name(project["dependencies"] + extras["dev"] + extras["scale"]), by_name(pip)
-    return {name: (ours.get(name), theirs.get(name)) for name in ours.keys() | theirs.keys()
-            if ours.get(name) != theirs.get(name)}
+    return {
+        name: (ours.get(name), theirs.get(name))
+        for name in ours.keys() | theirs.keys()
+        if ours.get(name) != theirs.get(name)
+    }
 
 
 def run_doctor() -> dict:
     from ailab.device import describe_hardware
 
-    checks = [{"check": "python 3.11", "ok": sys.version_info[:2] == (3, 11),
-               "detail": sys.version.split()[0]}]
+    checks = [{"check": "python 3.11", "ok": sys.version_info[:2] == (3, 11), "detail": sys.version.split()[0]}]
     for pkg in PACKAGES:
         v = _version(pkg)
         checks.append({"check": f"package {pkg}", "ok": v is not None, "detail": v or "not installed"})
@@ -146,9 +170,15 @@ def run_doctor() -> dict:
         _check("data mnist sample", _mnist),
     ]
     drift = pin_drift()
-    checks.append({"check": "installed versions equal the pins", "ok": not drift,
-                   "detail": "all equal" if not drift else "; ".join(
-                       f"{d['package']} pinned {d['pinned']}, installed {d['installed']}" for d in drift)})
+    checks.append(
+        {
+            "check": "installed versions equal the pins",
+            "ok": not drift,
+            "detail": "all equal"
+            if not drift
+            else "; ".join(f"{d['package']} pinned {d['pinned']}, installed {d['installed']}" for d in drift),
+        }
+    )
     ok = all(c["ok"] for c in checks)
     lines = [f"{'ok ' if c['ok'] else 'MISSING'}  {c['check']}: {c['detail']}" for c in checks]
     lines.append("everything is in place" if ok else f"something is missing: {FIX}")

@@ -5,6 +5,7 @@ step, a different runtime or precision, a library upgrade. Keep a fixed, labelle
 the FP32 model's predictions on it; check the live model against both on a schedule; alert when
 accuracy or agreement moves by more than a threshold (default 0.5 %).
 """
+
 from __future__ import annotations
 
 import time
@@ -35,11 +36,11 @@ class Preprocessed(Runner):
 
 @dataclass
 class DriftCheck:
-    at: float                # time.time() of the check
-    name: str                # the runner checked
+    at: float  # time.time() of the check
+    name: str  # the runner checked
     accuracy: float
-    agreement: float         # fraction of reference rows predicted as the reference model did
-    accuracy_change: float   # accuracy - reference accuracy (fraction; negative = worse)
+    agreement: float  # fraction of reference rows predicted as the reference model did
+    accuracy_change: float  # accuracy - reference accuracy (fraction; negative = worse)
     alert: bool
     reasons: list[str] = field(default_factory=list)
 
@@ -48,15 +49,23 @@ class DriftCheck:
 
     def __str__(self) -> str:
         state = "ALERT " + "; ".join(self.reasons) if self.alert else "ok"
-        return (f"{self.name}: accuracy {self.accuracy:.2%} ({self.accuracy_change * 100:+.2f} pt), "
-                f"agreement {self.agreement:.2%} -> {state}")
+        return (
+            f"{self.name}: accuracy {self.accuracy:.2%} ({self.accuracy_change * 100:+.2f} pt), "
+            f"agreement {self.agreement:.2%} -> {state}"
+        )
 
 
 class DriftDetector:
     """Fixed reference set + reference predictions; check() compares a runner against both."""
 
-    def __init__(self, inputs: Mapping[str, np.ndarray], labels: np.ndarray, reference: Runner,
-                 threshold: float = DEFAULT_THRESHOLD, batch_size: int = 64):
+    def __init__(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        labels: np.ndarray,
+        reference: Runner,
+        threshold: float = DEFAULT_THRESHOLD,
+        batch_size: int = 64,
+    ):
         if not 0 < threshold < 1:
             raise ValueError(f"threshold is a fraction in (0, 1) (0.005 = 0.5 %), got {threshold}")
         if not isinstance(reference, Runner):

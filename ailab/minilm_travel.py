@@ -21,6 +21,7 @@ order, no compression inside the file), so its SHA-256 is the same on every mach
 ailab.models.TRUSTED_SHA256["minilm-travel"]. `make gpu-bundle` packs the folder as a wheel of its own (package
 `ailab_minilm_travel`), which ailab.models loads where the original wheel is absent.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-PACKAGE = "ailab_minilm_travel"       # the importable name of the travelling wheel
+PACKAGE = "ailab_minilm_travel"  # the importable name of the travelling wheel
 WEIGHTS = "model.travel.safetensors"
 FILES = ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-FORMAT = {"format": "ailab-fp16-byte-planes"}   # the file's safetensors metadata: how to read its uint8 tensors
+FORMAT = {"format": "ailab-fp16-byte-planes"}  # the file's safetensors metadata: how to read its uint8 tensors
 LEFT_BEHIND = ("pooler.", "embeddings.position_ids")
 
 
@@ -46,8 +47,8 @@ def pack(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
         w = tensor.detach().cpu().numpy()
         if w.dtype != np.float32:
             raise ValueError(f"{name} is {w.dtype}; the travelling copy is made from the fp32 weights")
-        bits = w.astype(np.float16).view(np.uint16)                                  # (*shape)
-        out[name] = np.stack([bits >> 8, bits & 0xFF]).astype(np.uint8)               # (2, *shape)
+        bits = w.astype(np.float16).view(np.uint16)  # (*shape)
+        out[name] = np.stack([bits >> 8, bits & 0xFF]).astype(np.uint8)  # (2, *shape)
     return out
 
 
@@ -57,7 +58,7 @@ def unpack(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     for name, planes in tensors.items():
         if planes.dtype != torch.uint8 or planes.dim() < 2 or planes.shape[0] != 2:
             raise ValueError(f"{name}: expected (2, ...) uint8 byte planes, got {tuple(planes.shape)} {planes.dtype}")
-        hi, lo = planes.numpy().astype(np.uint16)                                     # (*shape) each
+        hi, lo = planes.numpy().astype(np.uint16)  # (*shape) each
         out[name] = torch.from_numpy(((hi << 8) | lo).view(np.float16).astype(np.float32))
     return out
 

@@ -10,6 +10,7 @@
 As with Redis and PostgreSQL (ailab.services), nothing is mocked: a missing binary or a failed start
 raises `ServiceError` saying why.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -41,6 +42,7 @@ def promtool(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedP
 
 # --------------------------------------------------------------------------- scaled copies of a rules file
 
+
 def _scaled(text: str, time_scale: float, min_s: float) -> str:
     return f"{max(min_s, parse_duration(text) * time_scale) * 1000:.0f}ms"
 
@@ -57,14 +59,18 @@ def scaled_rules(path: str | Path, out: str | Path, time_scale: float, min_windo
         for rule in group.get("rules", []):
             if "for" in rule:
                 rule["for"] = _scaled(str(rule["for"]), time_scale, 0.0)
-            rule["expr"] = re.sub(r"\[(\d+(?:\.\d+)?(?:ms|s|m|h))\]",
-                                  lambda m: f"[{_scaled(m.group(1), time_scale, min_window_s)}]", rule["expr"])
+            rule["expr"] = re.sub(
+                r"\[(\d+(?:\.\d+)?(?:ms|s|m|h))\]",
+                lambda m: f"[{_scaled(m.group(1), time_scale, min_window_s)}]",
+                rule["expr"],
+            )
     out = Path(out)
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
 
 
 # --------------------------------------------------------------------------- the server
+
 
 @dataclass
 class PrometheusServer(HeldServer):
@@ -83,9 +89,13 @@ class PrometheusServer(HeldServer):
         return httpx.get(self.url + "/api/v1/query", params={"query": promql}, timeout=5).json()["data"]["result"]
 
 
-
-def start_prometheus(targets: list[str], rules_files: list[str | Path] = (), scrape_interval_s: float = 0.5,
-                     evaluation_interval_s: float = 0.5, timeout_s: float = 30.0) -> PrometheusServer:
+def start_prometheus(
+    targets: list[str],
+    rules_files: list[str | Path] = (),
+    scrape_interval_s: float = 0.5,
+    evaluation_interval_s: float = 0.5,
+    timeout_s: float = 30.0,
+) -> PrometheusServer:
     """Prometheus on 127.0.0.1 (a free port) scraping `targets` ("127.0.0.1:8000") with `rules_files` loaded."""
     import httpx
     import yaml
@@ -94,21 +104,35 @@ def start_prometheus(targets: list[str], rules_files: list[str | Path] = (), scr
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="ailab-prometheus-"))
     rule_paths = [str(shutil.copy(p, folder / f"rules-{i}.yml")) for i, p in enumerate(rules_files)]
-    config = {"global": {"scrape_interval": f"{scrape_interval_s * 1000:.0f}ms",
-                         "evaluation_interval": f"{evaluation_interval_s * 1000:.0f}ms"},
-              "rule_files": rule_paths,
-              "scrape_configs": [{"job_name": "ailab", "static_configs": [{"targets": list(targets)}]}]}
+    config = {
+        "global": {
+            "scrape_interval": f"{scrape_interval_s * 1000:.0f}ms",
+            "evaluation_interval": f"{evaluation_interval_s * 1000:.0f}ms",
+        },
+        "rule_files": rule_paths,
+        "scrape_configs": [{"job_name": "ailab", "static_configs": [{"targets": list(targets)}]}],
+    }
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
     log = folder / "prometheus.log"
-    cmd = [exe, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-           f"--web.listen-address=127.0.0.1:{port}"]
+    cmd = [
+        exe,
+        f"--config.file={folder / 'prometheus.yml'}",
+        f"--storage.tsdb.path={folder / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
     server = PrometheusServer(port, folder, proc)
     try:
-        _wait_until(lambda: httpx.get(server.url + "/-/ready", timeout=1).status_code == 200, timeout_s, proc,
-                    f"prometheus on port {port}", log)
+        _wait_until(
+            lambda: httpx.get(server.url + "/-/ready", timeout=1).status_code == 200,
+            timeout_s,
+            proc,
+            f"prometheus on port {port}",
+            log,
+        )
     except BaseException:
         server.stop()
         raise

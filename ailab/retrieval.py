@@ -9,6 +9,7 @@
 
 Embeddings are L2-normalised (MiniLM's are), so inner product = cosine similarity.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,16 @@ def flat_index(X):
     return index
 
 
-def ivfpq_index(X, nlist: int = 64, m: int = 48, nbits: int = 6, nprobe: int = 8, train_size: int | None = None,
-                niter: int = 15, seed: int = 0):
+def ivfpq_index(
+    X,
+    nlist: int = 64,
+    m: int = 48,
+    nbits: int = 6,
+    nprobe: int = 8,
+    train_size: int | None = None,
+    niter: int = 15,
+    seed: int = 0,
+):
     """IVF (nlist clusters) + PQ (m sub-vectors of nbits each) over `X` (N, D), trained on `X` itself.
 
     PQ needs D divisible by m, and about 39 * 2**nbits training vectors per codebook and 39 * nlist
@@ -123,7 +132,9 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int = 10) -> float:
     """Mean over queries of |found[:k] ∩ truth[:k]| / k: 1.0 means the same top-k as exact search."""
     found, truth = np.asarray(found), np.asarray(truth)
     if found.shape[0] != truth.shape[0] or found.shape[1] < k or truth.shape[1] < k:
-        raise ValueError(f"found {found.shape} and truth {truth.shape} need the same number of rows and >= k={k} columns")
+        raise ValueError(
+            f"found {found.shape} and truth {truth.shape} need the same number of rows and >= k={k} columns"
+        )
     hits = [len(set(f[:k].tolist()) & set(t[:k].tolist())) for f, t in zip(found, truth)]
     return float(np.mean(hits) / k)
 
@@ -134,7 +145,7 @@ def time_search(index, Q, k: int = 10, iters: int = 5, warmup: int = 1) -> Laten
     i = [0]
 
     def one():
-        index.search(Q[i[0] % len(Q): i[0] % len(Q) + 1], k)
+        index.search(Q[i[0] % len(Q) : i[0] % len(Q) + 1], k)
         i[0] += 1
 
     # One thread per query: a service runs queries side by side, and faiss's OpenMP threads on a
@@ -165,8 +176,9 @@ def grow_corpus(X: np.ndarray, factor: int, noise: float = 0.05, seed: int = 0) 
     if factor < 1:
         raise ValueError(f"factor must be >= 1 (got {factor})")
     rng = np.random.default_rng(seed)
-    copies = [X] + [X + noise * rng.standard_normal(X.shape).astype(np.float32) / np.sqrt(X.shape[1])
-                    for _ in range(factor - 1)]
+    copies = [X] + [
+        X + noise * rng.standard_normal(X.shape).astype(np.float32) / np.sqrt(X.shape[1]) for _ in range(factor - 1)
+    ]
     out = np.concatenate(copies)
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
@@ -183,8 +195,9 @@ class TradeOff:
     mbytes: float
 
 
-def nprobe_tradeoff(flat, approx: dict, Q, nprobes=(1, 2, 4, 8, 16, 32), k: int = 10,
-                    time_queries: int = 100) -> list[TradeOff]:
+def nprobe_tradeoff(
+    flat, approx: dict, Q, nprobes=(1, 2, 4, 8, 16, 32), k: int = 10, time_queries: int = 100
+) -> list[TradeOff]:
     """Recall@k (all of Q) and latency (the first `time_queries` of Q, one at a time) of exact search
     and of each approximate index in `approx` ({name: index}) at each nprobe."""
     Q = _as_matrix(Q, "Q")
@@ -195,8 +208,16 @@ def nprobe_tradeoff(flat, approx: dict, Q, nprobes=(1, 2, 4, 8, 16, 32), k: int 
         for p in nprobes:
             set_nprobe(index, p)
             st = time_search(index, Q[:time_queries], k)
-            rows.append(TradeOff(name, int(p), recall_at_k(search(index, Q, k), truth, k), st.p50_ms, st.p99_ms,
-                                 index_bytes(index) / 1e6))
+            rows.append(
+                TradeOff(
+                    name,
+                    int(p),
+                    recall_at_k(search(index, Q, k), truth, k),
+                    st.p50_ms,
+                    st.p99_ms,
+                    index_bytes(index) / 1e6,
+                )
+            )
     return rows
 
 
@@ -210,12 +231,23 @@ def tradeoff_figure(rows: list[TradeOff]):
     fig = go.Figure()
     for name in dict.fromkeys(r.name for r in rows):
         pts = [r for r in rows if r.name == name]
-        fig.add_trace(go.Scatter(x=[r.p50_ms for r in pts], y=[r.recall_at_10 for r in pts], name=name,
-                                 mode="lines+markers+text", textposition="top center",
-                                 text=[f"nprobe={r.nprobe}" if r.nprobe else "exact" for r in pts]))
-    fig.update_layout(title={"text": f"Recall@10 vs latency per query<br><sup>measured on {describe_hardware().one_line()}</sup>"},
-                      xaxis_title="p50 latency per query (ms, log)", yaxis_title="recall@10 vs exact search",
-                      template="plotly_white", height=420)
+        fig.add_trace(
+            go.Scatter(
+                x=[r.p50_ms for r in pts],
+                y=[r.recall_at_10 for r in pts],
+                name=name,
+                mode="lines+markers+text",
+                textposition="top center",
+                text=[f"nprobe={r.nprobe}" if r.nprobe else "exact" for r in pts],
+            )
+        )
+    fig.update_layout(
+        title={"text": f"Recall@10 vs latency per query<br><sup>measured on {describe_hardware().one_line()}</sup>"},
+        xaxis_title="p50 latency per query (ms, log)",
+        yaxis_title="recall@10 vs exact search",
+        template="plotly_white",
+        height=420,
+    )
     fig.update_xaxes(**viz.log_axis([r.p50_ms for r in rows]))
     return fig
 
@@ -236,8 +268,13 @@ def nprobe_view(rows: list[TradeOff], nprobe: int) -> dict:
     out = {}
     for r in rows:
         if r.nprobe == nprobe:
-            out[r.name] = {"recall_at_10": r.recall_at_10, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "mbytes": r.mbytes,
-                           "speedup_vs_exact": exact.p50_ms / r.p50_ms if exact else None}
+            out[r.name] = {
+                "recall_at_10": r.recall_at_10,
+                "p50_ms": r.p50_ms,
+                "p99_ms": r.p99_ms,
+                "mbytes": r.mbytes,
+                "speedup_vs_exact": exact.p50_ms / r.p50_ms if exact else None,
+            }
     return out
 
 
@@ -248,12 +285,20 @@ def nprobe_figure(rows: list[TradeOff], nprobe: int):
 
     view = nprobe_view(rows, nprobe)
     fig = tradeoff_figure(rows)
-    fig.add_trace(go.Scatter(x=[v["p50_ms"] for v in view.values()], y=[v["recall_at_10"] for v in view.values()],
-                             mode="markers", name=f"nprobe={nprobe}",
-                             marker={"size": 18, "symbol": "circle-open", "color": "black", "line": {"width": 2}}))
-    parts = [f"{name}: recall {v['recall_at_10']:.2f} at {v['p50_ms']:.3f} ms" +
-             (f" ({v['speedup_vs_exact']:.1f}x exact's speed)" if v["speedup_vs_exact"] else "")
-             for name, v in view.items()]
+    fig.add_trace(
+        go.Scatter(
+            x=[v["p50_ms"] for v in view.values()],
+            y=[v["recall_at_10"] for v in view.values()],
+            mode="markers",
+            name=f"nprobe={nprobe}",
+            marker={"size": 18, "symbol": "circle-open", "color": "black", "line": {"width": 2}},
+        )
+    )
+    parts = [
+        f"{name}: recall {v['recall_at_10']:.2f} at {v['p50_ms']:.3f} ms"
+        + (f" ({v['speedup_vs_exact']:.1f}x exact's speed)" if v["speedup_vs_exact"] else "")
+        for name, v in view.items()
+    ]
     measured_on = fig.layout.title.text.split("<br>", 1)[-1]
     fig.update_layout(title={"text": f"nprobe={nprobe}: " + "; ".join(parts) + "<br>" + measured_on})
     return fig

@@ -5,6 +5,7 @@ I = F / B. It cannot run faster than min(peak FLOP/s, bandwidth x I): below the 
 (peak / bandwidth) it is memory-bound - a faster ALU would not help, fewer bytes would.
 All figures here are measured on this machine (warm-up excluded, medians, device synced).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ def measure_bandwidth(mib: int = 256, iters: int = 10, device=None) -> dict:
     return {"bandwidth_gbps": gbps, "mib": mib, "p50_ms": stats.p50_ms, "device": dev.type}
 
 
-def measure_matmul(sizes=(128, 256, 512, 1024), dtype: torch.dtype = torch.float32, device=None,
-                   iters: int = 8) -> list[dict]:
+def measure_matmul(
+    sizes=(128, 256, 512, 1024), dtype: torch.dtype = torch.float32, device=None, iters: int = 8
+) -> list[dict]:
     """GFLOP/s of an n x n by n x n matmul (2 n^3 FLOPs) at each size; the largest is the 'peak'."""
     dev = torch.device(device) if device is not None else pick_device()
     out = []
@@ -49,8 +51,14 @@ def measure_matmul(sizes=(128, 256, 512, 1024), dtype: torch.dtype = torch.float
         b = torch.randn(n, n, device=dev, dtype=dtype)  # (n, n)
         stats = measure_latency(lambda: a @ b, iters=iters, warmup=2, device=dev, max_seconds=3)
         flops = 2 * n**3
-        out.append({"n": n, "gflops": flops / (stats.p50_ms / 1e3) / 1e9, "p50_ms": stats.p50_ms,
-                    "intensity": flops / (3 * n * n * a.element_size())})
+        out.append(
+            {
+                "n": n,
+                "gflops": flops / (stats.p50_ms / 1e3) / 1e9,
+                "p50_ms": stats.p50_ms,
+                "intensity": flops / (3 * n * n * a.element_size()),
+            }
+        )
     return out
 
 
@@ -68,8 +76,9 @@ class Op:
         return self.flops / self.bytes
 
 
-def encoder_ops(batch: int = 8, seq_len: int = 128, hidden: int = 384, intermediate: int = 1536,
-                heads: int = 12, device=None) -> list[Op]:
+def encoder_ops(
+    batch: int = 8, seq_len: int = 128, hidden: int = 384, intermediate: int = 1536, heads: int = 12, device=None
+) -> list[Op]:
     """The main operations of one MiniLM layer, as real tensors on `device`, with FLOPs and bytes moved.
 
     Bytes count each input read once and the output written once (fp32), the minimum traffic.
@@ -85,13 +94,24 @@ def encoder_ops(batch: int = 8, seq_len: int = 128, hidden: int = 384, intermedi
     ln = torch.nn.LayerNorm(hidden).to(dev)
     f4 = 4
     ops = [
-        Op("QKV projection (linear H->3H)", 2 * tokens * hidden * 3 * hidden,
-           f4 * (tokens * hidden + 3 * hidden * hidden + tokens * 3 * hidden), lambda: x @ w_qkv.T),
-        Op("FFN up (linear H->4H)", 2 * tokens * hidden * intermediate,
-           f4 * (tokens * hidden + hidden * intermediate + tokens * intermediate), lambda: x @ w_up.T),
-        Op("attention (SDPA)", 4 * batch * heads * seq_len * seq_len * hd,
-           f4 * 4 * batch * heads * seq_len * hd,
-           lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)),
+        Op(
+            "QKV projection (linear H->3H)",
+            2 * tokens * hidden * 3 * hidden,
+            f4 * (tokens * hidden + 3 * hidden * hidden + tokens * 3 * hidden),
+            lambda: x @ w_qkv.T,
+        ),
+        Op(
+            "FFN up (linear H->4H)",
+            2 * tokens * hidden * intermediate,
+            f4 * (tokens * hidden + hidden * intermediate + tokens * intermediate),
+            lambda: x @ w_up.T,
+        ),
+        Op(
+            "attention (SDPA)",
+            4 * batch * heads * seq_len * seq_len * hd,
+            f4 * 4 * batch * heads * seq_len * hd,
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q),
+        ),
         Op("GELU", 8 * tokens * intermediate, f4 * 2 * tokens * intermediate, lambda: torch.nn.functional.gelu(u)),
         Op("LayerNorm", 8 * tokens * hidden, f4 * 2 * tokens * hidden, lambda: ln(x)),
         Op("residual add", tokens * hidden, f4 * 3 * tokens * hidden, lambda: x + x),
@@ -107,8 +127,15 @@ def time_ops(ops: list[Op], iters: int = 8, device=None) -> list[dict]:
         for op in ops:
             stats = measure_latency(op.fn, iters=iters, warmup=2, device=dev, max_seconds=2)
             s = stats.p50_ms / 1e3
-            rows.append({"op": op.name, "intensity": op.intensity, "gflops": op.flops / s / 1e9,
-                         "gbps": op.bytes / s / 1e9, "p50_ms": stats.p50_ms})
+            rows.append(
+                {
+                    "op": op.name,
+                    "intensity": op.intensity,
+                    "gflops": op.flops / s / 1e9,
+                    "gbps": op.bytes / s / 1e9,
+                    "p50_ms": stats.p50_ms,
+                }
+            )
     return rows
 
 
@@ -122,8 +149,15 @@ def roofline(bandwidth_gbps: float, peak_gflops: float, intensity: float) -> flo
 def classify(rows: list[dict], bandwidth_gbps: float, peak_gflops: float) -> list[dict]:
     """Mark each op memory-bound (left of the ridge point) or compute-bound (right of it)."""
     ridge = peak_gflops / bandwidth_gbps
-    return [{**r, "bound": "memory" if r["intensity"] < ridge else "compute", "ridge": ridge,
-             "attainable_gflops": roofline(bandwidth_gbps, peak_gflops, r["intensity"])} for r in rows]
+    return [
+        {
+            **r,
+            "bound": "memory" if r["intensity"] < ridge else "compute",
+            "ridge": ridge,
+            "attainable_gflops": roofline(bandwidth_gbps, peak_gflops, r["intensity"]),
+        }
+        for r in rows
+    ]
 
 
 ROOF_RANGE = (0.01, 1000.0)  # FLOP per byte: the x range every roofline figure here draws
@@ -138,31 +172,58 @@ def roofline_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dic
     from ailab.device import describe_hardware
 
     xs = np.logspace(np.log10(ROOF_RANGE[0]), np.log10(ROOF_RANGE[1]), 60)
-    fig = go.Figure([go.Scatter(x=xs, y=[roofline(bandwidth_gbps, peak_gflops, x) for x in xs], mode="lines",
-                                name=f"roof: {bandwidth_gbps:.1f} GB/s, {peak_gflops:.0f} GFLOP/s")])
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=xs,
+                y=[roofline(bandwidth_gbps, peak_gflops, x) for x in xs],
+                mode="lines",
+                name=f"roof: {bandwidth_gbps:.1f} GB/s, {peak_gflops:.0f} GFLOP/s",
+            )
+        ]
+    )
     for r in op_rows:
-        fig.add_trace(go.Scatter(x=[r["intensity"]], y=[r["gflops"]], mode="markers+text", text=[r["op"]],
-                                 textposition="top center", name=r["op"], marker={"size": 11}))
+        fig.add_trace(
+            go.Scatter(
+                x=[r["intensity"]],
+                y=[r["gflops"]],
+                mode="markers+text",
+                text=[r["op"]],
+                textposition="top center",
+                name=r["op"],
+                marker={"size": 11},
+            )
+        )
     fig.update_xaxes(**viz.log_axis([x for t in fig.data for x in t.x]), title="arithmetic intensity (FLOP per byte)")
     fig.update_yaxes(**viz.log_axis([y for t in fig.data for y in t.y]), title="GFLOP/s")
-    fig.update_layout(title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
-                      template="plotly_white", height=480, showlegend=False)
+    fig.update_layout(
+        title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
+        template="plotly_white",
+        height=480,
+        showlegend=False,
+    )
     return fig
 
 
 def attainable(bandwidth_gbps: float, peak_gflops: float, intensity: float, op_rows: list[dict] = ()) -> dict:
     """What the roofline says at `intensity` FLOP/byte: attainable GFLOP/s, its share of the peak, which
     roof limits it, the ridge point, and the measured op (of `op_rows`) whose intensity is nearest."""
-    lo, hi = ROOF_RANGE[0] * (1 - 1e-9), ROOF_RANGE[1] * (1 + 1e-9)   # a log slider's ends are off by rounding
+    lo, hi = ROOF_RANGE[0] * (1 - 1e-9), ROOF_RANGE[1] * (1 + 1e-9)  # a log slider's ends are off by rounding
     if not (isinstance(intensity, (int, float)) and not isinstance(intensity, bool) and lo <= intensity <= hi):
-        raise ValueError(f"intensity must be a number of FLOP per byte in [{ROOF_RANGE[0]}, {ROOF_RANGE[1]}], "
-                         f"got {intensity!r}")
+        raise ValueError(
+            f"intensity must be a number of FLOP per byte in [{ROOF_RANGE[0]}, {ROOF_RANGE[1]}], got {intensity!r}"
+        )
     gflops = roofline(bandwidth_gbps, peak_gflops, intensity)
     ridge = peak_gflops / bandwidth_gbps
     nearest = min(op_rows, key=lambda r: abs(math.log(r["intensity"] / intensity)), default=None)
-    return {"intensity": float(intensity), "attainable_gflops": gflops, "share_of_peak": gflops / peak_gflops,
-            "bound": "memory" if intensity < ridge else "compute", "ridge": ridge,
-            "nearest_op": nearest["op"] if nearest else None}
+    return {
+        "intensity": float(intensity),
+        "attainable_gflops": gflops,
+        "share_of_peak": gflops / peak_gflops,
+        "bound": "memory" if intensity < ridge else "compute",
+        "ridge": ridge,
+        "nearest_op": nearest["op"] if nearest else None,
+    }
 
 
 def attainable_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[dict], intensity: float):
@@ -171,12 +232,23 @@ def attainable_figure(bandwidth_gbps: float, peak_gflops: float, op_rows: list[d
     import plotly.graph_objects as go
 
     a = attainable(bandwidth_gbps, peak_gflops, intensity, op_rows)
-    fig = roofline_figure(bandwidth_gbps, peak_gflops, op_rows,
-                          title=f"{intensity:.3g} FLOP/B: at most {a['attainable_gflops']:.1f} GFLOP/s "
-                                f"({a['share_of_peak']:.0%} of peak), {a['bound']}-bound; ridge at {a['ridge']:.1f} FLOP/B"
-                                + (f"; nearest measured op: {a['nearest_op']}" if a["nearest_op"] else ""))
-    fig.add_trace(go.Scatter(x=[intensity], y=[a["attainable_gflops"]], mode="markers", name="chosen intensity",
-                             marker={"size": 16, "symbol": "x", "color": "black"}))
+    fig = roofline_figure(
+        bandwidth_gbps,
+        peak_gflops,
+        op_rows,
+        title=f"{intensity:.3g} FLOP/B: at most {a['attainable_gflops']:.1f} GFLOP/s "
+        f"({a['share_of_peak']:.0%} of peak), {a['bound']}-bound; ridge at {a['ridge']:.1f} FLOP/B"
+        + (f"; nearest measured op: {a['nearest_op']}" if a["nearest_op"] else ""),
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[intensity],
+            y=[a["attainable_gflops"]],
+            mode="markers",
+            name="chosen intensity",
+            marker={"size": 16, "symbol": "x", "color": "black"},
+        )
+    )
     fig.add_vline(x=a["ridge"], line_dash="dot")
     return fig
 

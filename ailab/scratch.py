@@ -10,6 +10,7 @@ lives inside it. The folder goes when the process exits normally; if the process
 scratch_dir() call of any later process removes the folders of processes that are no longer running. What
 stays on disk is bounded by the processes alive now, not by how many ran before.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -18,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-_MINE: Path | None = None      # this process's folder, once made
+_MINE: Path | None = None  # this process's folder, once made
 
 
 def scratch_root() -> Path:
@@ -31,7 +32,7 @@ def _running(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:    # it runs, as someone else
+    except PermissionError:  # it runs, as someone else
         return True
     return True
 

@@ -10,6 +10,7 @@ Both return a handle with `.stop()` and work as context managers. Nothing is moc
 cannot start, `ServiceError` says why (binary missing, port taken, the server's own log) and the
 caller fails loudly rather than skipping.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -86,6 +87,7 @@ def _tail(log: Path | None, n: int = 20) -> str:
 
 # --------------------------------------------------------------------------- one holder for every server we start
 
+
 @dataclass
 class HeldServer:
     """A server this process started and owns: the port it listens on, the scratch folder it writes (removed on
@@ -97,7 +99,7 @@ class HeldServer:
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     scheme: ClassVar[str] = "http"
-    stop_timeout_s: ClassVar[float] = 5.0   # SIGTERM, then SIGKILL after this long (a server drains first)
+    stop_timeout_s: ClassVar[float] = 5.0  # SIGTERM, then SIGKILL after this long (a server drains first)
 
     @property
     def url(self) -> str:
@@ -126,6 +128,7 @@ class HeldServer:
 
 # --------------------------------------------------------------------------- Redis
 
+
 @dataclass
 class RedisServer(HeldServer):
     scheme: ClassVar[str] = "redis"
@@ -144,15 +147,35 @@ def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = 
     """Start redis-server on 127.0.0.1 (a free port unless given), in a temp folder, without persistence."""
     exe = shutil.which(binary)
     if exe is None:
-        raise ServiceError(f"{binary!r} is not on PATH. Install Debian's Redis server: "
-                           "`apt-get install -y redis-server` (the course needs the real server, not a mock).")
+        raise ServiceError(
+            f"{binary!r} is not on PATH. Install Debian's Redis server: "
+            "`apt-get install -y redis-server` (the course needs the real server, not a mock)."
+        )
     port = port or free_port()
-    folder = scratch_dir("ailab-redis-")      # swept with this process's scratch, even if it is killed
+    folder = scratch_dir("ailab-redis-")  # swept with this process's scratch, even if it is killed
     log = folder / "redis.log"
-    cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-           "--dir", str(folder), "--logfile", str(log), "--daemonize", "no", "--protected-mode", "yes"]
-    proc = subprocess.Popen(dies_with_this_process(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    cmd = [
+        exe,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(folder),
+        "--logfile",
+        str(log),
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "yes",
+    ]
+    proc = subprocess.Popen(
+        dies_with_this_process(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
     server = RedisServer(port, folder, proc)
     try:
         from redis.backoff import NoBackoff
@@ -170,14 +193,17 @@ def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = 
 
 # --------------------------------------------------------------------------- PostgreSQL
 
+
 def pg_bin_dir() -> Path:
     """Where initdb and pg_ctl live: AILAB_PG_BIN, else Debian's /usr/lib/postgresql/<v>/bin."""
     candidates = [os.environ["AILAB_PG_BIN"]] if os.environ.get("AILAB_PG_BIN") else list(PG_BIN_DIRS)
     for d in candidates:
         if (Path(d) / "initdb").exists() and (Path(d) / "pg_ctl").exists():
             return Path(d)
-    raise ServiceError(f"no PostgreSQL binaries (initdb, pg_ctl) in {candidates}. Install them with "
-                       "`apt-get install -y postgresql` (Debian ships version 15 in bookworm), or set AILAB_PG_BIN.")
+    raise ServiceError(
+        f"no PostgreSQL binaries (initdb, pg_ctl) in {candidates}. Install them with "
+        "`apt-get install -y postgresql` (Debian ships version 15 in bookworm), or set AILAB_PG_BIN."
+    )
 
 
 def _as_db_user(cmd: list[str]) -> list[str]:
@@ -189,13 +215,17 @@ def _as_db_user(cmd: list[str]) -> list[str]:
 
         pwd.getpwnam(PG_USER)
     except KeyError:
-        raise ServiceError(f"running as root, and there is no {PG_USER!r} user to run PostgreSQL as "
-                           "(initdb refuses root). Install Debian's postgresql package, which creates it, "
-                           "or run as an ordinary user.") from None
+        raise ServiceError(
+            f"running as root, and there is no {PG_USER!r} user to run PostgreSQL as "
+            "(initdb refuses root). Install Debian's postgresql package, which creates it, "
+            "or run as an ordinary user."
+        ) from None
     runuser = shutil.which("runuser")
     if runuser is None:
-        raise ServiceError("running as root but `runuser` (util-linux) is missing; it is needed to run "
-                           "PostgreSQL as an unprivileged user")
+        raise ServiceError(
+            "running as root but `runuser` (util-linux) is missing; it is needed to run "
+            "PostgreSQL as an unprivileged user"
+        )
     return [runuser, "-u", PG_USER, "--", *cmd]
 
 
@@ -219,8 +249,23 @@ class PostgresServer(HeldServer):
 
     def _halt(self) -> None:  # pg_ctl daemonised the server: pg_ctl stops it
         if (self.data_dir / "postmaster.pid").exists():
-            subprocess.run(_as_db_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate",
-                                        "-w", "-t", "20", "stop"]), capture_output=True, timeout=30)
+            subprocess.run(
+                _as_db_user(
+                    [
+                        str(self.bin_dir / "pg_ctl"),
+                        "-D",
+                        str(self.data_dir),
+                        "-m",
+                        "immediate",
+                        "-w",
+                        "-t",
+                        "20",
+                        "stop",
+                    ]
+                ),
+                capture_output=True,
+                timeout=30,
+            )
 
 
 def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> PostgresServer:
@@ -241,19 +286,57 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
         os.chown(folder, pw.pw_uid, pw.pw_gid)
     log = folder / "postgres.log"
     try:
-        init = subprocess.run(_as_db_user([str(bin_dir / "initdb"), "-D", str(server.data_dir), "-U", server.user,
-                                           "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]),
-                              capture_output=True, text=True, timeout=timeout_s)
+        init = subprocess.run(
+            _as_db_user(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(server.data_dir),
+                    "-U",
+                    server.user,
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         if init.returncode != 0:
             raise ServiceError(f"initdb failed (code {init.returncode}):\n{init.stderr[-2000:] or init.stdout[-2000:]}")
-        opts = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={folder} "
-                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-        start = subprocess.run(_as_db_user([str(bin_dir / "pg_ctl"), "-D", str(server.data_dir), "-l", str(log),
-                                            "-o", opts, "-w", "-t", str(int(timeout_s)), "start"]),
-                               capture_output=True, text=True, timeout=timeout_s + 10)
+        opts = (
+            f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={folder} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        start = subprocess.run(
+            _as_db_user(
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(server.data_dir),
+                    "-l",
+                    str(log),
+                    "-o",
+                    opts,
+                    "-w",
+                    "-t",
+                    str(int(timeout_s)),
+                    "start",
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s + 10,
+        )
         if start.returncode != 0:
-            raise ServiceError(f"pg_ctl start failed on port {port} (code {start.returncode}): "
-                               f"{start.stderr.strip() or start.stdout.strip()}\nServer log:\n{_tail(log)}")
+            raise ServiceError(
+                f"pg_ctl start failed on port {port} (code {start.returncode}): "
+                f"{start.stderr.strip() or start.stdout.strip()}\nServer log:\n{_tail(log)}"
+            )
 
         def ready():
             with server.connect(connect_timeout=2) as conn:
@@ -269,18 +352,21 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
 
 # --------------------------------------------------------------------------- the ailab server, as its own process
 
+
 @dataclass
 class ServerProcess(HeldServer):
     """`ailab serve` in a child process: its own GIL, its own RSS (what a soak should watch)."""
 
-    stop_timeout_s: ClassVar[float] = 30.0   # SIGTERM first: the server drains in-flight requests, then exits
+    stop_timeout_s: ClassVar[float] = 30.0  # SIGTERM first: the server drains in-flight requests, then exits
 
     @property
     def log(self) -> Path:
         return self.folder / "serve.log"
 
 
-def start_ailab_server(args: list[str] | tuple = (), port: int | None = None, timeout_s: float = 240.0) -> ServerProcess:
+def start_ailab_server(
+    args: list[str] | tuple = (), port: int | None = None, timeout_s: float = 240.0
+) -> ServerProcess:
     """Start `ailab serve --host 127.0.0.1 --port P --quiet ARGS...` and wait until /readyz answers 200."""
     import sys
 
@@ -291,8 +377,9 @@ def start_ailab_server(args: list[str] | tuple = (), port: int | None = None, ti
     log = folder / "serve.log"
     cmd = [sys.executable, "-m", "ailab.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--quiet", *args]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
     server = ServerProcess(port, folder, proc)
 
     def ready():

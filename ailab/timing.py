@@ -3,6 +3,7 @@
 This is the bottom-layer primitive every measurement in ailab uses (engine, quantize, memory,
 benchmarks). Lab 0 asks the learner to write the same thing, then compares.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,10 @@ class LatencyStats:
         return asdict(self)
 
     def __str__(self) -> str:
-        return (f"p50 {self.p50_ms:.2f} ms · p95 {self.p95_ms:.2f} ms · p99 {self.p99_ms:.2f} ms "
-                f"(n={self.n}, max {self.max_ms:.2f} ms)")
+        return (
+            f"p50 {self.p50_ms:.2f} ms · p95 {self.p95_ms:.2f} ms · p99 {self.p99_ms:.2f} ms "
+            f"(n={self.n}, max {self.max_ms:.2f} ms)"
+        )
 
 
 def latency_stats(samples_ms) -> LatencyStats:
@@ -42,12 +45,21 @@ def latency_stats(samples_ms) -> LatencyStats:
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
         raise ValueError("latency_stats() got a negative, NaN or infinite latency; check the timer")
     p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
-    return LatencyStats(int(arr.size), float(p50), float(p90), float(p95), float(p99),
-                        float(arr.max()), float(arr.mean()), float(arr.min()))
+    return LatencyStats(
+        int(arr.size),
+        float(p50),
+        float(p90),
+        float(p95),
+        float(p99),
+        float(arr.max()),
+        float(arr.mean()),
+        float(arr.min()),
+    )
 
 
-def measure_latency(fn: Callable[[], object], iters: int = 30, warmup: int = 5,
-                    device=None, max_seconds: float | None = None) -> LatencyStats:
+def measure_latency(
+    fn: Callable[[], object], iters: int = 30, warmup: int = 5, device=None, max_seconds: float | None = None
+) -> LatencyStats:
     """Call `fn()` `warmup` times untimed, then `iters` times timed; sync the device around each.
 
     The first calls pay for lazy initialisation (allocator growth, kernel selection, caches); timing
@@ -98,8 +110,13 @@ class Comparison:
         return float(lo), float(hi)
 
 
-def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int = 10, warmup: int = 2,
-                device=None, max_seconds: float | None = None) -> Comparison:
+def interleaved(
+    fns: Mapping[str, Callable[[], object]],
+    rounds: int = 10,
+    warmup: int = 2,
+    device=None,
+    max_seconds: float | None = None,
+) -> Comparison:
     """Time several functions in rounds (a, b, c, a, b, c, ...), each call synced, warm-up excluded.
 
     On a shared machine the load drifts; timing one function after the other would charge a busy
@@ -108,8 +125,10 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int = 10, warmu
     `max_seconds` caps the timed rounds (at least 3 run).
     """
     if rounds < 1 or warmup < 0 or not fns:
-        raise ValueError(f"interleaved() needs functions, rounds >= 1 and warmup >= 0 (got {len(fns)} functions, "
-                         f"rounds={rounds}, warmup={warmup})")
+        raise ValueError(
+            f"interleaved() needs functions, rounds >= 1 and warmup >= 0 (got {len(fns)} functions, "
+            f"rounds={rounds}, warmup={warmup})"
+        )
     from ailab.device import sync  # not at the top: see measure_latency
 
     for fn in fns.values():

@@ -22,6 +22,7 @@ What each variant is, and what it costs to get:
 No single variant wins everywhere: which is fastest depends on the CPU (VNNI or not), the batch size and
 the sequence length. So the server's engine "auto" measures them here, at start-up, and says which it took.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,12 +37,29 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from ailab.engine import (ClassifierWithEmbedding, OnnxRunner, Runner, TorchRunner, text_input_spec,
-                          sentiment_onnx, weights_key)
+from ailab.engine import (
+    ClassifierWithEmbedding,
+    OnnxRunner,
+    Runner,
+    TorchRunner,
+    text_input_spec,
+    sentiment_onnx,
+    weights_key,
+)
 from ailab.engine.export import quiet_logger
 from ailab.engine.int8 import quantize_dynamic_int8
-from ailab.quantize import (DEFAULT_GATE_POINTS, CalibrationReader, accuracy_gate, batches_of, evaluate,
-                            interleaved_latency, latency_batch, mean_cosine, quantize_static_int8, text_inputs)
+from ailab.quantize import (
+    DEFAULT_GATE_POINTS,
+    CalibrationReader,
+    accuracy_gate,
+    batches_of,
+    evaluate,
+    interleaved_latency,
+    latency_batch,
+    mean_cosine,
+    quantize_static_int8,
+    text_inputs,
+)
 from ailab.timing import measure_latency, ratio
 
 SEQ = 64
@@ -64,7 +82,7 @@ AUTO_CANDIDATES = ("torch_eager", "ort_plain", "ort_fused", "ort_int8_dynamic", 
 class Variant:
     name: str
     runner: Runner
-    build_seconds: float   # export, optimise, quantize or compile: what this variant cost before its first answer
+    build_seconds: float  # export, optimise, quantize or compile: what this variant cost before its first answer
     path: Path | None = None
 
     @property
@@ -115,9 +133,16 @@ def export_for_fusion(classifier, path: str | os.PathLike | None = None, toleran
     axes = {"batch": 0, "seq": 1}
     with warnings.catch_warnings(), quiet_logger("torch.onnx"):
         warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated in favour of dynamo; we want its graph
-        torch.onnx.export(wrapped, (ids, mask), str(tmp), dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask"], output_names=["logits", "sentence_embedding"],
-                          dynamic_axes={n: {a: k for k, a in axes.items()} for n in ("input_ids", "attention_mask")})
+        torch.onnx.export(
+            wrapped,
+            (ids, mask),
+            str(tmp),
+            dynamo=False,
+            opset_version=17,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["logits", "sentence_embedding"],
+            dynamic_axes={n: {a: k for k, a in axes.items()} for n in ("input_ids", "attention_mask")},
+        )
     _check_parity(wrapped, tmp, tolerance)
     os.replace(tmp, path)
     return path
@@ -132,18 +157,21 @@ def _check_parity(wrapped, path: Path, tolerance: float) -> float:
     for b, t in ((2, 16), (3, 40)):
         ids = torch.randint(1000, 5000, (b, t), generator=gen)
         mask = torch.ones(b, t, dtype=torch.long)
-        mask[0, t // 2:] = 0  # (B, T): padding must be masked the same way in both
+        mask[0, t // 2 :] = 0  # (B, T): padding must be masked the same way in both
         with torch.no_grad():
             ref = [r.numpy() for r in wrapped(ids, mask)]
         got = runner.run_all({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
         worst = max(worst, *(float(np.abs(r - g).max()) for r, g in zip(ref, got)))
     if not worst <= tolerance:
-        raise ExportParityError(f"{path.name}: ONNX Runtime differs from PyTorch by up to {worst:.3e} > {tolerance:.0e}")
+        raise ExportParityError(
+            f"{path.name}: ONNX Runtime differs from PyTorch by up to {worst:.3e} > {tolerance:.0e}"
+        )
     return worst
 
 
-def fuse_transformer(path: str | os.PathLike, num_heads: int, hidden_size: int,
-                     out: str | os.PathLike | None = None) -> Path:
+def fuse_transformer(
+    path: str | os.PathLike, num_heads: int, hidden_size: int, out: str | os.PathLike | None = None
+) -> Path:
     """ONNX Runtime's transformer optimizer on a BERT graph: `<stem>.fused.onnx` beside it (reused when fresh)."""
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -166,15 +194,21 @@ FUSED_OPS = ("EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "
 def fusion_summary(before: str | os.PathLike, after: str | os.PathLike) -> dict:
     """Node counts before and after fusion: the fused operators found, and how many nodes the graph lost."""
     a, b = op_counts(before), op_counts(after)
-    return {"nodes_before": sum(a.values()), "nodes_after": sum(b.values()),
-            "fused": {op: b.get(op, 0) for op in FUSED_OPS if b.get(op, 0)},
-            "matmul_before": a.get("MatMul", 0), "matmul_after": b.get("MatMul", 0)}
+    return {
+        "nodes_before": sum(a.values()),
+        "nodes_after": sum(b.values()),
+        "fused": {op: b.get(op, 0) for op in FUSED_OPS if b.get(op, 0)},
+        "matmul_before": a.get("MatMul", 0),
+        "matmul_after": b.get("MatMul", 0),
+    }
 
 
 # ----------------------------------------------------------------------------- building the runners
 
 
-def calibration_reader(tokenizer, texts: Sequence[str], rows: int = 128, seq: int = SEQ, seed: int = 0) -> CalibrationReader:
+def calibration_reader(
+    tokenizer, texts: Sequence[str], rows: int = 128, seq: int = SEQ, seed: int = 0
+) -> CalibrationReader:
     """A random sample of training texts, padded to `seq`, in batches of 32: static INT8's calibration set."""
     pick = np.random.default_rng(seed).permutation(len(texts))[:rows]
     return CalibrationReader(batches_of(text_inputs(tokenizer, [texts[i] for i in pick], seq), 32, drop_last=True))
@@ -201,8 +235,9 @@ def build_variants(trained, names: Sequence[str] = tuple(VARIANTS), threads: int
     for name in names:
         t0, path = time.perf_counter(), None
         if name == "torch_eager":
-            runner: Runner = TorchRunner(ClassifierWithEmbedding(model), text_input_spec(), name="torch-eager",
-                                         device="cpu")
+            runner: Runner = TorchRunner(
+                ClassifierWithEmbedding(model), text_input_spec(), name="torch-eager", device="cpu"
+            )
         elif name == "torch_compile":
             runner = _compiled_runner(model)
         else:
@@ -217,8 +252,9 @@ def build_variants(trained, names: Sequence[str] = tuple(VARIANTS), threads: int
                     reader = calibration_reader(trained.encoder.tokenizer, trained.split.X_train)
                     # MatMuls and the embedding table only, per channel. Measured: with every op quantized
                     # (LayerNorm, Softmax, the pooled output too) the embedding kept a cosine of 0.32 to FP32
-                    path = quantize_static_int8(src, reader, path, method="minmax", per_channel=True,
-                                                op_types=["MatMul", "Gather"])
+                    path = quantize_static_int8(
+                        src, reader, path, method="minmax", per_channel=True, op_types=["MatMul", "Gather"]
+                    )
             else:  # the fused graph, and that graph quantized
                 path = fuse_transformer(export_for_fusion(model), config.num_attention_heads, config.hidden_size)
                 if name == "ort_fused_int8":
@@ -231,9 +267,16 @@ def build_variants(trained, names: Sequence[str] = tuple(VARIANTS), threads: int
 # ----------------------------------------------------------------------------- measuring and choosing
 
 
-def compare_variants(variants: Mapping[str, Variant], trained, batch_sizes: Sequence[int] = (1, 32), iters: int = 20,
-                     warmup: int = 3, max_seconds: float = 60.0, eval_rows: int | None = None,
-                     max_drop_points: float = DEFAULT_GATE_POINTS) -> list[dict]:
+def compare_variants(
+    variants: Mapping[str, Variant],
+    trained,
+    batch_sizes: Sequence[int] = (1, 32),
+    iters: int = 20,
+    warmup: int = 3,
+    max_seconds: float = 60.0,
+    eval_rows: int | None = None,
+    max_drop_points: float = DEFAULT_GATE_POINTS,
+) -> list[dict]:
     """One row per variant: p50/p99 latency at each batch size (all variants in interleaved rounds, rows padded
     to SEQ), accuracy on the held-out split, its drop against torch eager (or the first variant), the gate,
     agreement with the baseline's predictions, size and build time."""
@@ -242,11 +285,19 @@ def compare_variants(variants: Mapping[str, Variant], trained, batch_sizes: Sequ
     tok, split = trained.encoder.tokenizer, trained.split
     runners = {name: v.runner for name, v in variants.items()}
     full = text_inputs(tok, split.X_test[:64], SEQ)
-    rows = {name: {"variant": name, "about": v.about, "build_s": round(v.build_seconds, 2),
-                   "size_mb": round(v.runner.size_bytes / 1e6, 2) if isinstance(v.runner, OnnxRunner) else None}
-            for name, v in variants.items()}
+    rows = {
+        name: {
+            "variant": name,
+            "about": v.about,
+            "build_s": round(v.build_seconds, 2),
+            "size_mb": round(v.runner.size_bytes / 1e6, 2) if isinstance(v.runner, OnnxRunner) else None,
+        }
+        for name, v in variants.items()
+    }
     for bs in batch_sizes:
-        stats = interleaved_latency(runners, latency_batch(full, bs), iters=iters, warmup=warmup, max_seconds=max_seconds)
+        stats = interleaved_latency(
+            runners, latency_batch(full, bs), iters=iters, warmup=warmup, max_seconds=max_seconds
+        )
         for name, st in stats.items():
             rows[name][f"ms_b{bs}"], rows[name][f"p99_ms_b{bs}"] = round(st.p50_ms, 3), round(st.p99_ms, 3)
     n = len(split.X_test) if eval_rows is None else eval_rows
@@ -256,9 +307,16 @@ def compare_variants(variants: Mapping[str, Variant], trained, batch_sizes: Sequ
     base = evals[base_name]
     for name, ev in evals.items():
         gate = accuracy_gate(base.accuracy, ev.accuracy, max_drop_points)
-        rows[name].update({"accuracy": round(ev.accuracy, 4), "drop_points": round(gate.drop_points, 3),
-                           "gate_passed": gate.passed, "agreement": round(float((ev.preds == base.preds).mean()), 4),
-                           "embedding_cosine": round(mean_cosine(ev.features, base.features), 5), "eval_rows": n})
+        rows[name].update(
+            {
+                "accuracy": round(ev.accuracy, 4),
+                "drop_points": round(gate.drop_points, 3),
+                "gate_passed": gate.passed,
+                "agreement": round(float((ev.preds == base.preds).mean()), 4),
+                "embedding_cosine": round(mean_cosine(ev.features, base.features), 5),
+                "eval_rows": n,
+            }
+        )
     big = max(batch_sizes)
     for row in rows.values():
         row[f"speedup_b{big}"] = round(ratio(rows[base_name][f"ms_b{big}"], row[f"ms_b{big}"]), 3)
@@ -291,9 +349,13 @@ def onnx_matmul_gflops(n: int = 1024, threads: int | None = None, iters: int = 8
 
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32), "B")
-    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["C"])], "matmul",
-                              [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n])],
-                              [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["C"])],
+        "matmul",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])],
+        [weight],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     opts = ort.SessionOptions()
@@ -306,17 +368,27 @@ def onnx_matmul_gflops(n: int = 1024, threads: int | None = None, iters: int = 8
     return 2 * n**3 / (stats.p50_ms / 1e3) / 1e9
 
 
-def auto_choice(trained, candidates: Sequence[str] = AUTO_CANDIDATES, threads: int | None = None, iters: int = 8,
-                eval_rows: int | None = None) -> tuple[Variant, dict]:
+def auto_choice(
+    trained,
+    candidates: Sequence[str] = AUTO_CANDIDATES,
+    threads: int | None = None,
+    iters: int = 8,
+    eval_rows: int | None = None,
+) -> tuple[Variant, dict]:
     """What the server's engine 'auto' does at start-up: build the candidates, time them at batch 32 in
     interleaved rounds, gate each on held-out accuracy, keep the fastest that passes. Returns it and a
     report {picked, candidates: {name: {ms_b32, accuracy, drop_points, gate_passed}}, seconds}."""
     t0 = time.perf_counter()
     variants = build_variants(trained, candidates, threads)
-    rows = compare_variants(variants, trained, batch_sizes=(32,), iters=iters, warmup=2, max_seconds=20.0,
-                            eval_rows=eval_rows)
+    rows = compare_variants(
+        variants, trained, batch_sizes=(32,), iters=iters, warmup=2, max_seconds=20.0, eval_rows=eval_rows
+    )
     best = choose(rows)
-    report = {"picked": best["variant"], "seconds": round(time.perf_counter() - t0, 1),
-              "candidates": {r["variant"]: {k: r[k] for k in ("ms_b32", "accuracy", "drop_points", "gate_passed")}
-                             for r in rows}}
+    report = {
+        "picked": best["variant"],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "candidates": {
+            r["variant"]: {k: r[k] for k in ("ms_b32", "accuracy", "drop_points", "gate_passed")} for r in rows
+        },
+    }
     return variants[best["variant"]], report

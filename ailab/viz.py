@@ -1,4 +1,5 @@
 """Plotly figure builders shared by the notebooks. Every figure names the hardware it measured."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,11 @@ def use_static_renderer() -> None:
 
     class StaticHtml(MimetypeRenderer):
         def to_mimebundle(self, fig_dict):
-            return {"text/html": pio.to_html(fig_dict, include_plotlyjs=False, include_mathjax=False,
-                                             full_html=False, validate=False)}
+            return {
+                "text/html": pio.to_html(
+                    fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False, validate=False
+                )
+            }
 
     pio.renderers["ailab_static"] = StaticHtml()
     pio.renderers.default = "ailab_static"
@@ -42,8 +46,8 @@ def _log_ticks(values: Sequence) -> list[float]:
         return points
     lo, hi = points[0], points[-1]
     decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    for mantissas in ((1, 2, 5), range(1, 10)):      # within a decade or so, every digit
-        ticks = [m * 10.0 ** k for k in decades for m in mantissas]
+    for mantissas in ((1, 2, 5), range(1, 10)):  # within a decade or so, every digit
+        ticks = [m * 10.0**k for k in decades for m in mantissas]
         ticks = [v for v in ticks if lo / 1.2 <= v <= hi * 1.2]
         if len(ticks) >= 3:
             return ticks
@@ -65,8 +69,14 @@ RIGHT_AXIS = {"tickmode": "auto", "showgrid": False}
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, subtitle: str | None, log_x: bool, log_y: bool):
     sub = subtitle if subtitle is not None else f"measured on {hardware_label()}"
-    fig.update_layout(title={"text": f"{title}<br><sup>{sub}</sup>"}, xaxis_title=x_title, yaxis_title=y_title,
-                      template="plotly_white", height=420, legend={"orientation": "h", "y": -0.2})
+    fig.update_layout(
+        title={"text": f"{title}<br><sup>{sub}</sup>"},
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        template="plotly_white",
+        height=420,
+        legend={"orientation": "h", "y": -0.2},
+    )
     if log_x:
         fig.update_xaxes(**log_axis([x for t in fig.data if t.yaxis in (None, "y", "y2") for x in (t.x or ())]))
     if log_y:
@@ -74,23 +84,39 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, subtitle: st
     return fig
 
 
-def line_chart(x: Sequence, series: Mapping[str, Sequence[float]], title: str, x_title: str, y_title: str,
-               subtitle: str | None = None, log_x: bool = False, log_y: bool = False,
-               right: Mapping[str, Sequence[float]] | None = None, right_title: str | None = None) -> go.Figure:
+def line_chart(
+    x: Sequence,
+    series: Mapping[str, Sequence[float]],
+    title: str,
+    x_title: str,
+    y_title: str,
+    subtitle: str | None = None,
+    log_x: bool = False,
+    log_y: bool = False,
+    right: Mapping[str, Sequence[float]] | None = None,
+    right_title: str | None = None,
+) -> go.Figure:
     """One line per named series over a shared x axis. `right`'s series (dotted) get an axis of their own on
     the right, with its own scale and round ticks: a quantity of another size (per item beside per batch,
     req/s beside ms) drawn on the left axis is flattened to a line at zero."""
     fig = go.Figure([go.Scatter(x=list(x), y=list(ys), mode="lines+markers", name=name) for name, ys in series.items()])
     for name, ys in (right or {}).items():
-        fig.add_trace(go.Scatter(x=list(x), y=list(ys), mode="lines+markers", name=name, yaxis="y2",
-                                 line={"dash": "dot"}))
+        fig.add_trace(
+            go.Scatter(x=list(x), y=list(ys), mode="lines+markers", name=name, yaxis="y2", line={"dash": "dot"})
+        )
     if right:
         fig.update_layout(yaxis2={"title": right_title or "", "overlaying": "y", "side": "right", **RIGHT_AXIS})
     return _layout(fig, title, x_title, y_title, subtitle, log_x, log_y)
 
 
-def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], title: str, y_title: str,
-              subtitle: str | None = None, log_y: bool = False) -> go.Figure:
+def bar_chart(
+    categories: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    title: str,
+    y_title: str,
+    subtitle: str | None = None,
+    log_y: bool = False,
+) -> go.Figure:
     """Grouped bars: one group per category, one bar per named series."""
     fig = go.Figure([go.Bar(x=list(categories), y=list(v), name=name) for name, v in series.items()])
     fig.update_layout(barmode="group")
@@ -100,28 +126,46 @@ def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], 
 def sweep_figure(sweep) -> go.Figure:
     """A concurrency sweep (ailab.bench.sweep): p50/p99 and req/s against clients, the SLO line, the best point."""
     pts = sweep.points()
-    fig = line_chart([p["clients"] for p in pts], {"p99 ms": [p["p99_ms"] for p in pts],
-                                                    "p50 ms": [p["p50_ms"] for p in pts]},
-                     "Concurrency sweep: latency rises once the server saturates", "concurrent clients",
-                     "latency (ms)", log_x=True, right={"req/s": [p["rps"] for p in pts]}, right_title="req/s")
+    fig = line_chart(
+        [p["clients"] for p in pts],
+        {"p99 ms": [p["p99_ms"] for p in pts], "p50 ms": [p["p50_ms"] for p in pts]},
+        "Concurrency sweep: latency rises once the server saturates",
+        "concurrent clients",
+        "latency (ms)",
+        log_x=True,
+        right={"req/s": [p["rps"] for p in pts]},
+        right_title="req/s",
+    )
     fig.add_hline(y=sweep.slo_p99_ms, line_dash="dash", annotation_text=f"SLO p99 {sweep.slo_p99_ms:g} ms")
     if sweep.best_within_slo:
         best = sweep.best_within_slo["clients"]
         fig.add_vline(x=best, line_dash="dot")
         # An annotation on a log axis is placed in log10 units (add_vline's annotation_text is not, and
         # once stretched this axis to 10^18): put the label there by hand.
-        fig.add_annotation(x=math.log10(best), y=1, yref="paper", text="best within SLO", showarrow=False,
-                           xanchor="left", yanchor="bottom")
+        fig.add_annotation(
+            x=math.log10(best),
+            y=1,
+            yref="paper",
+            text="best within SLO",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+        )
     return fig
 
 
 def soak_figure(soak) -> go.Figure:
     """A soak (ailab.bench.soak): RSS and p99 over the run, titled with the RSS slope and the verdict."""
     t = [s["t_s"] / 60 for s in soak.samples]
-    return line_chart(t, {"RSS (MB)": [s["rss_mb"] for s in soak.samples]},
-                      f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
-                      "minutes", "RSS (MB)", right={"p99 ms": [s["p99_ms"] for s in soak.samples]},
-                      right_title="p99 (ms)")
+    return line_chart(
+        t,
+        {"RSS (MB)": [s["rss_mb"] for s in soak.samples]},
+        f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
+        "minutes",
+        "RSS (MB)",
+        right={"p99 ms": [s["p99_ms"] for s in soak.samples]},
+        right_title="p99 (ms)",
+    )
 
 
 def alert_figure(results, title: str) -> go.Figure:
@@ -129,19 +173,27 @@ def alert_figure(results, title: str) -> go.Figure:
     periods shaded."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=len(results), cols=1, shared_xaxes=True,
-                        subplot_titles=[f"{r.rule.name}: {r.rule.metric} {r.rule.op} {r.rule.threshold:g}"
-                                        for r in results])
+    fig = make_subplots(
+        rows=len(results),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=[f"{r.rule.name}: {r.rule.metric} {r.rule.op} {r.rule.threshold:g}" for r in results],
+    )
     for i, res in enumerate(results, 1):
         t0 = res.states[0][0] if res.states else 0.0
         xs = [ts - t0 for ts, _, _ in res.states]
-        fig.add_trace(go.Scatter(x=xs, y=[v for _, _, v in res.states], name=res.rule.metric, mode="lines+markers"),
-                      row=i, col=1)
+        fig.add_trace(
+            go.Scatter(x=xs, y=[v for _, _, v in res.states], name=res.rule.metric, mode="lines+markers"), row=i, col=1
+        )
         fig.add_hline(y=res.rule.threshold, line_dash="dash", row=i, col=1)
         for (ts, state, _), x in zip(res.states, xs):
             if state == "firing":
                 fig.add_vrect(x0=x - 0.5, x1=x + 0.5, fillcolor="red", opacity=0.2, line_width=0, row=i, col=1)
-    fig.update_layout(title={"text": f"{title}<br><sup>measured on {hardware_label()}</sup>"},
-                      template="plotly_white", height=250 * len(results) + 100, showlegend=False)
+    fig.update_layout(
+        title={"text": f"{title}<br><sup>measured on {hardware_label()}</sup>"},
+        template="plotly_white",
+        height=250 * len(results) + 100,
+        showlegend=False,
+    )
     fig.update_xaxes(title_text="seconds since recording started", row=len(results), col=1)
     return fig

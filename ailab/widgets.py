@@ -2,12 +2,13 @@
 `explorer` only wires controls to it. Most callbacks sit beside the concept they draw (memory.kv.kv_view,
 engine.text.stage_view); a callback that spans several lessons' results lives here.
 """
+
 from __future__ import annotations
 
 import os
 from typing import Callable, Mapping, Sequence
 
-STATIC_ENV = "AILAB_STATIC"   # set by `make book`: no kernel will be there to answer the controls
+STATIC_ENV = "AILAB_STATIC"  # set by `make book`: no kernel will be there to answer the controls
 
 
 def explorer(callback: Callable[..., object], controls: Mapping[str, object], title: str = ""):
@@ -64,8 +65,14 @@ def precision_view(rows: Sequence[Mapping], precision: str, batch_size: int, bas
     baseline = baseline or names[0]
     at = {r["name"]: r for r in rows if r["batch_size"] == batch_size}
     sel, base = at[precision], at[baseline]
-    title = (f"{precision} at batch {batch_size}: {base['p50_ms'] / sel['p50_ms']:.2f}x the speed of {baseline}, "
-             f"{base['size_mb'] / sel['size_mb']:.1f}x smaller, accuracy {(sel['accuracy'] - base['accuracy']) * 100:+.1f} pt, "
-             f"agreement {sel['agreement']:.1%}")
-    return {"categories": names, "series": {f"p50 ms at batch {batch_size}": [at[n]["p50_ms"] for n in names]},
-            "title": title, "y_title": "p50 latency (ms)"}
+    title = (
+        f"{precision} at batch {batch_size}: {base['p50_ms'] / sel['p50_ms']:.2f}x the speed of {baseline}, "
+        f"{base['size_mb'] / sel['size_mb']:.1f}x smaller, accuracy {(sel['accuracy'] - base['accuracy']) * 100:+.1f} pt, "
+        f"agreement {sel['agreement']:.1%}"
+    )
+    return {
+        "categories": names,
+        "series": {f"p50 ms at batch {batch_size}": [at[n]["p50_ms"] for n in names]},
+        "title": title,
+        "y_title": "p50 latency (ms)",
+    }

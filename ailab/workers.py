@@ -24,6 +24,7 @@ a job pushes its answer; a later one only acknowledges. So a client never gets a
 `ResultCache` keeps answers for repeated inputs in Redis (keyed by a hash of model id + text, never
 the raw text), so a repeat skips the queue and the model entirely.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -101,8 +102,7 @@ def reclaim(redis_client, queue: str = QUEUE) -> dict[str, int]:
     script, back = redis_client.register_script(_RECLAIM), {}
     for wid in redis_client.smembers(workers_key(queue)):
         wid = wid.decode() if isinstance(wid, bytes) else wid
-        n = script(keys=[heartbeat_key(wid, queue), processing_key(wid, queue), queue, workers_key(queue)],
-                   args=[wid])
+        n = script(keys=[heartbeat_key(wid, queue), processing_key(wid, queue), queue, workers_key(queue)], args=[wid])
         if n >= 0:
             back[wid] = int(n)
     return back
@@ -299,8 +299,10 @@ class QueueClient:
             if got is not None:
                 return json.loads(got[1])
         depth = self.redis_client.llen(self.queue)
-        raise TimeoutError(f"no result for job {job_id} within {timeout_s:g} s ({depth} job(s) waiting in "
-                           f"{self.queue!r}): is a worker running?")
+        raise TimeoutError(
+            f"no result for job {job_id} within {timeout_s:g} s ({depth} job(s) waiting in "
+            f"{self.queue!r}): is a worker running?"
+        )
 
     def predict(self, text: str, timeout_s: float = 10.0) -> dict:
         """Cached answer if there is one (marked cached=True), else queue the job and wait for it."""

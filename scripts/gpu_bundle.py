@@ -17,6 +17,7 @@ travelling copy as a wheel of its own, and MANIFEST.json. Project + bundle must 
 
 Stdlib only for `install` and `check` (they run on the device); `build` needs pip, packaging and ailab.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,15 +32,36 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
-LIMIT_MIB = 60            # the project and the bundle together (a device call carries 64 MiB)
-PYTHON = "3.12"           # the device machine's Python
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux_2_12_x86_64", "manylinux2010_x86_64", "manylinux_2_5_x86_64",
-             "manylinux1_x86_64")
+LIMIT_MIB = 60  # the project and the bundle together (a device call carries 64 MiB)
+PYTHON = "3.12"  # the device machine's Python
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_12_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
 
 # What the travelling notebooks import (or run: nbval, a Jupyter kernel) beyond the machine's own packages.
-ROOTS = ("nbval", "nbclient", "nbformat", "ipykernel", "ipywidgets", "plotly", "fastapi", "uvicorn",
-         "pydantic-settings", "memory-profiler", "mlxtend", "openai", "scattertext")
+ROOTS = (
+    "nbval",
+    "nbclient",
+    "nbformat",
+    "ipykernel",
+    "ipywidgets",
+    "plotly",
+    "fastapi",
+    "uvicorn",
+    "pydantic-settings",
+    "memory-profiler",
+    "mlxtend",
+    "openai",
+    "scattertext",
+)
 # The machine has these, but possibly older than what the bundle's packages require (pydantic 2.14 needs
 # typing-extensions >= 4.16, openai's httpx2 anyio >= 4.10 and idna >= 3.18): small, so they travel anyway.
 ALSO_CARRY = ("typing-extensions", "anyio", "idna")
@@ -65,7 +87,8 @@ WHY_TRIMMED = {
 MINILM_WHEEL = "ailab_minilm_travel-1.0.0-py3-none-any.whl"
 
 # The device machine's packages, as KINDS.md listed them (read there on 2026-11-17; names normalised).
-MACHINE_HAS = frozenset("""
+MACHINE_HAS = frozenset(
+    """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
 charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
 cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
@@ -84,7 +107,8 @@ scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shelli
 statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
 tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
 triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl
-zipp""".split())
+zipp""".split()
+)
 
 
 def norm(name: str) -> str:
@@ -93,8 +117,9 @@ def norm(name: str) -> str:
 
 def project_files() -> list[Path]:
     """What a device call sends of the project: tracked files and untracked ones git does not ignore."""
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
-                         check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode()
     return [REPO / p for p in out.split("\0") if p and (REPO / p).is_file()]
 
 
@@ -111,8 +136,15 @@ def resolve() -> dict[str, str]:
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
 
-    env = dict(default_environment(), python_version=PYTHON, python_full_version=PYTHON + ".3",
-               sys_platform="linux", platform_system="Linux", platform_machine="x86_64", extra="")
+    env = dict(
+        default_environment(),
+        python_version=PYTHON,
+        python_full_version=PYTHON + ".3",
+        sys_platform="linux",
+        platform_system="Linux",
+        platform_machine="x86_64",
+        extra="",
+    )
     carry, todo = {}, [*ROOTS, *ALSO_CARRY]
     while todo:
         name = norm(todo.pop())
@@ -136,8 +168,22 @@ def download(specs: dict[str, str], cache: Path) -> dict[str, Path]:
     have = {norm(p.name.split("-")[0]): p for p in cache.glob("*.whl")}
     missing = [f"{n}=={v}" for n, v in specs.items() if n not in have or have[n].name.split("-")[1] != v]
     if missing:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-               "--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp", "-d", str(cache)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            PYTHON,
+            "--implementation",
+            "cp",
+            "-d",
+            str(cache),
+        ]
         for plat in PLATFORMS:
             cmd += ["--platform", plat]
         subprocess.run(cmd + missing, check=True)
@@ -174,8 +220,9 @@ def trim(wheel: Path, patterns: tuple[str, ...], dest: Path) -> dict:
         for info in z.infolist():
             name = info.filename
             dist_info = ".dist-info/" in name
-            gone = (any(fnmatch.fnmatch(name, p) for p in drop)
-                    or (keep_only and not dist_info and not any(fnmatch.fnmatch(name, p) for p in keep_only)))
+            gone = any(fnmatch.fnmatch(name, p) for p in drop) or (
+                keep_only and not dist_info and not any(fnmatch.fnmatch(name, p) for p in keep_only)
+            )
             if gone:
                 cut, cut_bytes = cut + 1, cut_bytes + info.compress_size
             elif not name.endswith(".dist-info/RECORD"):
@@ -201,10 +248,19 @@ def minilm_wheel(dest_dir: Path, work: Path) -> tuple[Path, str]:
     init = b'"""all-MiniLM-L6-v2 for a machine without its wheel: see ailab.minilm_travel."""\n'
     members = [(f"{pkg}/__init__.py", init, 0o644)]
     members += [(f"{pkg}/model/{p.name}", p.read_bytes(), 0o644) for p in sorted(folder.iterdir())]
-    members += [(f"{dist}/METADATA", b"Metadata-Version: 2.1\nName: ailab-minilm-travel\nVersion: 1.0.0\n"
-                 b"Summary: all-MiniLM-L6-v2 in fp16 byte planes (Apache-2.0), built by make gpu-bundle\n", 0o644),
-                (f"{dist}/WHEEL", b"Wheel-Version: 1.0\nGenerator: ailab scripts/gpu_bundle.py\nRoot-Is-Purelib: true\n"
-                 b"Tag: py3-none-any\n", 0o644)]
+    members += [
+        (
+            f"{dist}/METADATA",
+            b"Metadata-Version: 2.1\nName: ailab-minilm-travel\nVersion: 1.0.0\n"
+            b"Summary: all-MiniLM-L6-v2 in fp16 byte planes (Apache-2.0), built by make gpu-bundle\n",
+            0o644,
+        ),
+        (
+            f"{dist}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: ailab scripts/gpu_bundle.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            0o644,
+        ),
+    ]
     lines = [_record_line(n, d) for n, d, _ in members] + [f"{dist}/RECORD,,"]
     members.append((f"{dist}/RECORD", ("\n".join(lines) + "\n").encode(), 0o644))
     path = dest_dir / MINILM_WHEEL
@@ -230,20 +286,42 @@ def build(out: Path, cache: Path) -> int:
             shutil.copyfile(src, dest)
         else:
             trimmed["why"] = WHY_TRIMMED[name]
-        rows.append({"file": dest.name, "name": name, "version": specs[name],
-                     "mib": round(dest.stat().st_size / MiB, 3), "pypi_mib": round(src.stat().st_size / MiB, 3),
-                     "trimmed": trimmed})
+        rows.append(
+            {
+                "file": dest.name,
+                "name": name,
+                "version": specs[name],
+                "mib": round(dest.stat().st_size / MiB, 3),
+                "pypi_mib": round(src.stat().st_size / MiB, 3),
+                "trimmed": trimmed,
+            }
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path, sha = minilm_wheel(out / "wheels", Path(tmp))
-    rows.append({"file": path.name, "name": "ailab-minilm-travel", "version": "1.0.0",
-                 "mib": round(path.stat().st_size / MiB, 3), "pypi_mib": None,
-                 "trimmed": None, "weights_sha256": sha})
+    rows.append(
+        {
+            "file": path.name,
+            "name": "ailab-minilm-travel",
+            "version": "1.0.0",
+            "mib": round(path.stat().st_size / MiB, 3),
+            "pypi_mib": None,
+            "trimmed": None,
+            "weights_sha256": sha,
+        }
+    )
     for r in rows:
         r["sha256"] = hashlib.sha256((out / "wheels" / r["file"]).read_bytes()).hexdigest()
     project = sum(p.stat().st_size for p in project_files())
-    manifest = {"python": PYTHON, "platforms": list(PLATFORMS), "limit_mib": LIMIT_MIB, "wheels": rows,
-                "left_behind": LEFT_BEHIND, "also_carried": list(ALSO_CARRY),
-                "wheels_mib": round(sum(r["mib"] for r in rows), 2), "project_mib": round(project / MiB, 2)}
+    manifest = {
+        "python": PYTHON,
+        "platforms": list(PLATFORMS),
+        "limit_mib": LIMIT_MIB,
+        "wheels": rows,
+        "left_behind": LEFT_BEHIND,
+        "also_carried": list(ALSO_CARRY),
+        "wheels_mib": round(sum(r["mib"] for r in rows), 2),
+        "project_mib": round(project / MiB, 2),
+    }
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
     bundle = folder_bytes(out)
     manifest["bundle_mib"] = round(bundle / MiB, 2)
@@ -252,9 +330,11 @@ def build(out: Path, cache: Path) -> int:
     for r in sorted(rows, key=lambda r: -r["mib"])[:8]:
         cut = f" (trimmed from {r['pypi_mib']:.2f})" if r["trimmed"] else ""
         print(f"  {r['mib']:6.2f} MiB  {r['file']}{cut}")
-    print(f"gpu-bundle: {len(rows)} wheels, {manifest['bundle_mib']:.1f} MiB in {out}; with the project "
-          f"({manifest['project_mib']:.1f} MiB) {manifest['total_mib']:.1f} MiB of {LIMIT_MIB} "
-          f"({time.perf_counter() - t0:.0f} s); left behind: {', '.join(LEFT_BEHIND)}")
+    print(
+        f"gpu-bundle: {len(rows)} wheels, {manifest['bundle_mib']:.1f} MiB in {out}; with the project "
+        f"({manifest['project_mib']:.1f} MiB) {manifest['total_mib']:.1f} MiB of {LIMIT_MIB} "
+        f"({time.perf_counter() - t0:.0f} s); left behind: {', '.join(LEFT_BEHIND)}"
+    )
     if manifest["total_mib"] > LIMIT_MIB:
         print(f"gpu-bundle: over the {LIMIT_MIB} MiB limit", file=sys.stderr)
         return 1
@@ -265,7 +345,7 @@ def build(out: Path, cache: Path) -> int:
 def _takes(wheel: str) -> bool:
     """Whether this CPython can install `wheel`, by its tags (the bundle holds only x86_64 Linux wheels):
     py3 (pure), cpXY for this Python, or cpXY-abi3 with XY at most this Python's."""
-    py, abi, _ = wheel[:-len(".whl")].split("-")[-3:]
+    py, abi, _ = wheel[: -len(".whl")].split("-")[-3:]
     minor = sys.version_info[1]
     for tag in py.split("."):
         if tag == "py3" or tag == f"cp3{minor}":
@@ -305,8 +385,11 @@ def _top_level(wheel: Path) -> set[str]:
         top = next((n for n in names if n.endswith(".dist-info/top_level.txt")), None)
         if top:
             return {line.strip() for line in z.read(top).decode().splitlines() if line.strip()}
-    return {n.split("/")[0].removesuffix(".py") for n in names
-            if not n.split("/")[0].endswith((".dist-info", ".data")) and (n.endswith(".py") or "/" in n)}
+    return {
+        n.split("/")[0].removesuffix(".py")
+        for n in names
+        if not n.split("/")[0].endswith((".dist-info", ".data")) and (n.endswith(".py") or "/" in n)
+    }
 
 
 def install(bundle: Path, site: Path, rehearse: bool) -> int:
@@ -320,8 +403,11 @@ def install(bundle: Path, site: Path, rehearse: bool) -> int:
         return 3
     have = "%d.%d" % sys.version_info[:2]
     if have != manifest["python"] and not rehearse:
-        print(f"gpu_bundle: the bundle is for Python {manifest['python']}, this is {have} (--rehearse on a CPU "
-              "machine with the course's .venv)", file=sys.stderr)
+        print(
+            f"gpu_bundle: the bundle is for Python {manifest['python']}, this is {have} (--rehearse on a CPU "
+            "machine with the course's .venv)",
+            file=sys.stderr,
+        )
         return 3
     takes = [w for w in wheels if _takes(w.name)]
     skipped = [w.name for w in wheels if w not in takes]
@@ -329,10 +415,32 @@ def install(bundle: Path, site: Path, rehearse: bool) -> int:
         shutil.rmtree(site)
     site.mkdir(parents=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                    "--no-deps", "--no-compile", "--no-cache-dir", "--target", str(site), *map(str, takes)], check=True)
-    env = {"site": str(site), "python": sys.version.split()[0], "installed": [w.name for w in takes],
-           "left_to_this_python": skipped, "rehearsal": rehearse, "seconds": round(time.perf_counter() - t0, 2)}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--target",
+            str(site),
+            *map(str, takes),
+        ],
+        check=True,
+    )
+    env = {
+        "site": str(site),
+        "python": sys.version.split()[0],
+        "installed": [w.name for w in takes],
+        "left_to_this_python": skipped,
+        "rehearsal": rehearse,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
     if rehearse:
         here_only = set()
         for w in takes:
@@ -341,8 +449,10 @@ def install(bundle: Path, site: Path, rehearse: bool) -> int:
         env["resolved_from_the_site_only"] = sorted(here_only)
         (site / "sitecustomize.py").write_text(SITECUSTOMIZE % sorted(here_only))
     (site / "ailab-gpu-env.json").write_text(json.dumps(env, indent=1))
-    print(f"gpu_bundle: installed {len(takes)} wheels into {site} in {env['seconds']:.1f} s"
-          + (f"; left {len(skipped)} for Python {manifest['python']} to this Python's own copies" if skipped else ""))
+    print(
+        f"gpu_bundle: installed {len(takes)} wheels into {site} in {env['seconds']:.1f} s"
+        + (f"; left {len(skipped)} for Python {manifest['python']} to this Python's own copies" if skipped else "")
+    )
     return 0
 
 

@@ -21,6 +21,7 @@ Other modes (stdlib only, used by the Makefile and gpu_check.sh; they never impo
   --wheel-specs                  print the pinned requirements `make gpu-wheels` downloads
   --install-wheels DIR --site D  install DIR's wheels into D for this Python (pip --target, else unzip)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,19 @@ FROM_PYPROJECT = ("transformers", "tokenizers", "safetensors", "psutil", "nvidia
 # What transformers / huggingface-hub import at `from transformers import BertModel` that pyproject does not
 # pin itself: the versions pip resolved for pyproject.toml in .venv (hf-xet, typer, click are not imported).
 TRANSITIVE = {
-    "huggingface-hub": "2.4.0", "regex": "2026.11.19", "packaging": "26.4", "filelock": "4.3.1",
-    "fsspec": "2026.9.0", "typing-extensions": "4.16.0", "httpx2": "2.16.2", "httpcore2": "2.16.2",
-    "anyio": "4.16.0", "h11": "0.16.0", "idna": "3.20", "certifi": "2026.10.19.post1", "truststore": "0.10.5",
+    "huggingface-hub": "2.4.0",
+    "regex": "2026.11.19",
+    "packaging": "26.4",
+    "filelock": "4.3.1",
+    "fsspec": "2026.9.0",
+    "typing-extensions": "4.16.0",
+    "httpx2": "2.16.2",
+    "httpcore2": "2.16.2",
+    "anyio": "4.16.0",
+    "h11": "0.16.0",
+    "idna": "3.20",
+    "certifi": "2026.10.19.post1",
+    "truststore": "0.10.5",
 }
 # torch's own dependencies: where the machine has them (its torch was installed with them), they are kept.
 KEEP_IF_PRESENT = ("numpy", "typing-extensions", "filelock", "fsspec")
@@ -112,8 +123,23 @@ def install_wheels(wheels: Path, site: Path) -> int:
     pip_ok = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0
     if pip_ok:
         method = "pip install --no-index --no-deps --target"
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                        "--no-deps", "--no-compile", "--target", str(site), *map(str, install)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--target",
+                str(site),
+                *map(str, install),
+            ],
+            check=True,
+        )
     else:  # a wheel is a zip of site-packages (none of these has a .data folder): unpacking it installs it
         method = "unzip (this Python has no pip)"
         for f in install:
@@ -121,12 +147,20 @@ def install_wheels(wheels: Path, site: Path) -> int:
                 z.extractall(site)
     installed = {_norm(f.name.split("-")[0]): f.name.split("-")[1] for f in install}
     size = sum(f.stat().st_size for f in files)
-    env = {"site": str(site), "method": method, "python": platform.python_version(), "installed": installed,
-           "kept_from_machine": kept, "wheels_total_mib": round(size / MiB, 2),
-           "install_seconds": round(time.perf_counter() - t0, 2)}
+    env = {
+        "site": str(site),
+        "method": method,
+        "python": platform.python_version(),
+        "installed": installed,
+        "kept_from_machine": kept,
+        "wheels_total_mib": round(size / MiB, 2),
+        "install_seconds": round(time.perf_counter() - t0, 2),
+    }
     (site / ENV_FILE).write_text(json.dumps(env, indent=1))
-    print(f"gpu_check: installed {len(installed)} wheels ({size / MiB:.1f} MiB) into {site} by {method}; "
-          f"kept the machine's {kept or 'nothing'}")
+    print(
+        f"gpu_check: installed {len(installed)} wheels ({size / MiB:.1f} MiB) into {site} by {method}; "
+        f"kept the machine's {kept or 'nothing'}"
+    )
     return 0
 
 
@@ -147,8 +181,14 @@ class Ctx:
         from ailab.models import MeanPoolEncoder
 
         torch.manual_seed(seed)
-        config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                            intermediate_size=1536, max_position_embeddings=512)
+        config = BertConfig(
+            vocab_size=30522,
+            hidden_size=384,
+            num_hidden_layers=6,
+            num_attention_heads=12,
+            intermediate_size=1536,
+            max_position_embeddings=512,
+        )
         model = MeanPoolEncoder(BertModel(config, add_pooling_layer=False)).eval().to(self.device)
         assert EncoderShape.from_config(config) == MINILM_SHAPE, "the stand-in must have MiniLM's shape"
         return model
@@ -184,8 +224,10 @@ def _mib(x) -> float | None:
 def sec_memory_counters(ctx: Ctx) -> dict:
     """Allocated (live tensors) vs reserved (the caching allocator's segments) vs peak, per phase."""
     if not ctx.cuda:
-        return skipped(f"{NO_CUDA}: torch.cuda's allocated / reserved / peak counters exist only on a GPU; "
-                       "on CPU the course reads RSS and the allocator's own bookkeeping instead (notebook 1/01)")
+        return skipped(
+            f"{NO_CUDA}: torch.cuda's allocated / reserved / peak counters exist only on a GPU; "
+            "on CPU the course reads RSS and the allocator's own bookkeeping instead (notebook 1/01)"
+        )
     import gc
 
     import torch
@@ -219,7 +261,10 @@ def sec_memory_counters(ctx: Ctx) -> dict:
     weights = c[0]["cuda_allocated"]
     fwd_peak_over = c[1]["cuda_peak"] - c[0]["cuda_allocated"]
     return {
-        "batch": batch, "seq_len": seq, "phases": rows, "counters_available": available,
+        "batch": batch,
+        "seq_len": seq,
+        "phases": rows,
+        "counters_available": available,
         "weights_allocated_mib": _mib(weights),
         "weights_param_bytes_mib": _mib(weights_param_bytes),
         "forward_peak_above_weights_mib": _mib(fwd_peak_over),
@@ -238,8 +283,10 @@ def sec_memory_counters(ctx: Ctx) -> dict:
 def sec_fragmentation(ctx: Ctx) -> dict:
     """'Free memory but OOM': the probe in a fresh child per allocator setting (PYTORCH_CUDA_ALLOC_CONF)."""
     if not ctx.cuda:
-        return skipped(f"{NO_CUDA}: the probe carves a CUDA caching-allocator segment; expandable_segments is "
-                       "a CUDA allocator setting (there is no CPU counterpart)")
+        return skipped(
+            f"{NO_CUDA}: the probe carves a CUDA caching-allocator segment; expandable_segments is "
+            "a CUDA allocator setting (there is no CPU counterpart)"
+        )
     from ailab.memory.fragmentation import compare, run_probe
 
     out: dict = {}
@@ -263,8 +310,11 @@ def sec_estimator(ctx: Ctx) -> dict:
     from ailab.memory import predicted_vs_measured
 
     if ctx.cuda:
-        points = [(1, 128), (8, 128), (32, 128), (64, 256)] if ctx.quick else \
-                 [(1, 128), (8, 128), (32, 128), (64, 256), (128, 128), (32, 512)]
+        points = (
+            [(1, 128), (8, 128), (32, 128), (64, 256)]
+            if ctx.quick
+            else [(1, 128), (8, 128), (32, 128), (64, 256), (128, 128), (32, 512)]
+        )
         dtypes = {"fp32": torch.float32, "fp16": torch.float16}
         method = "CUDA: max_memory_allocated() during the forward minus memory_allocated() before it"
     else:
@@ -278,16 +328,27 @@ def sec_estimator(ctx: Ctx) -> dict:
             predicted_vs_measured(model, *points[0])
         for batch, seq in points:
             r = predicted_vs_measured(model, batch, seq)
-            rows.append({"dtype": name, "batch": batch, "seq_len": seq,
-                         "predicted_mib": _mib(r["predicted_bytes"]), "measured_mib": _mib(r["measured_bytes"]),
-                         "rel_error": round(r["rel_error"], 4)})
+            rows.append(
+                {
+                    "dtype": name,
+                    "batch": batch,
+                    "seq_len": seq,
+                    "predicted_mib": _mib(r["predicted_bytes"]),
+                    "measured_mib": _mib(r["measured_bytes"]),
+                    "rel_error": round(r["rel_error"], 4),
+                }
+            )
         del model
     errs = [abs(r["rel_error"]) for r in rows]
-    return {"device": ctx.device.type, "method": method,
-            "formula": "tokens * (3*hidden + 2*intermediate) * bytes + batch*seq^2 bool mask (padded)",
-            "attn_implementation": getattr(ctx.model.config, "_attn_implementation", None),
-            "points": rows, "max_abs_rel_error": round(max(errs), 4), "median_abs_rel_error":
-            round(sorted(errs)[len(errs) // 2], 4)}
+    return {
+        "device": ctx.device.type,
+        "method": method,
+        "formula": "tokens * (3*hidden + 2*intermediate) * bytes + batch*seq^2 bool mask (padded)",
+        "attn_implementation": getattr(ctx.model.config, "_attn_implementation", None),
+        "points": rows,
+        "max_abs_rel_error": round(max(errs), 4),
+        "median_abs_rel_error": round(sorted(errs)[len(errs) // 2], 4),
+    }
 
 
 def sec_precision(ctx: Ctx) -> dict:
@@ -295,9 +356,11 @@ def sec_precision(ctx: Ctx) -> dict:
     from ailab.device import bf16_supported, fp16_supported
 
     if not ctx.cuda:
-        return skipped(f"{NO_CUDA}: the fp16/bf16 speed-up measured here is the tensor cores' (the GPU branch); "
-                       f"this CPU has fast bf16={bf16_supported('cpu')}, fast fp16={fp16_supported('cpu')} "
-                       "(AVX512-BF16/AMX), and the course's CPU counterpart is INT8 through ONNX Runtime")
+        return skipped(
+            f"{NO_CUDA}: the fp16/bf16 speed-up measured here is the tensor cores' (the GPU branch); "
+            f"this CPU has fast bf16={bf16_supported('cpu')}, fast fp16={fp16_supported('cpu')} "
+            "(AVX512-BF16/AMX), and the course's CPU counterpart is INT8 through ONNX Runtime"
+        )
     import numpy as np
     import torch
 
@@ -309,10 +372,13 @@ def sec_precision(ctx: Ctx) -> dict:
     precisions = ["fp32"] + [p for p, ok in (("fp16", fp16_supported(dev)), ("bf16", bf16_supported(dev))) if ok]
     runners = {p: TorchRunner(ctx.model, device=dev, precision=p, name=p) for p in precisions}
     shapes = [(1, 128), (64, 128)] if ctx.quick else [(1, 128), (32, 128), (128, 128)]
-    out = {"precisions": precisions,
-           "fp32_matmul_precision": torch.get_float32_matmul_precision(),
-           "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-           "weights_mib": {p: _mib(param_bytes(r.model)) for p, r in runners.items()}, "shapes": []}
+    out = {
+        "precisions": precisions,
+        "fp32_matmul_precision": torch.get_float32_matmul_precision(),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "weights_mib": {p: _mib(param_bytes(r.model)) for p, r in runners.items()},
+        "shapes": [],
+    }
     for batch, seq in shapes:
         inputs = encoder_inputs(batch, seq, device=dev)
         outs = {p: r.run(inputs) for p, r in runners.items()}  # (B, 384) float32 numpy, L2-normalised
@@ -321,22 +387,40 @@ def sec_precision(ctx: Ctx) -> dict:
             def call():
                 with torch.inference_mode():
                     return model(**inputs)
+
             return call
 
-        cmp = interleaved({p: fwd(r.model, inputs) for p, r in runners.items()}, rounds=15 if ctx.quick else 40,
-                          warmup=3, device=dev, max_seconds=8 if ctx.quick else 25)
+        cmp = interleaved(
+            {p: fwd(r.model, inputs) for p, r in runners.items()},
+            rounds=15 if ctx.quick else 40,
+            warmup=3,
+            device=dev,
+            max_seconds=8 if ctx.quick else 25,
+        )
         stats = cmp.stats
-        row = {"batch": batch, "seq_len": seq, "rounds": stats["fp32"].n,
-               "p50_ms": {p: round(s.p50_ms, 4) for p, s in stats.items()}, "speedup_vs_fp32": {}, "error_vs_fp32": {}}
+        row = {
+            "batch": batch,
+            "seq_len": seq,
+            "rounds": stats["fp32"].n,
+            "p50_ms": {p: round(s.p50_ms, 4) for p, s in stats.items()},
+            "speedup_vs_fp32": {},
+            "error_vs_fp32": {},
+        }
         ref = outs["fp32"].astype(np.float64)
         for p in precisions[1:]:
             lo, hi = cmp.ratio_spread("fp32", p)
-            row["speedup_vs_fp32"][p] = {"median": round(cmp.ratio("fp32", p), 3), "p10": round(lo, 3),
-                                         "p90": round(hi, 3)}
+            row["speedup_vs_fp32"][p] = {
+                "median": round(cmp.ratio("fp32", p), 3),
+                "p10": round(lo, 3),
+                "p90": round(hi, 3),
+            }
             got = outs[p].astype(np.float64)
             cos = (ref * got).sum(1) / np.maximum(np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1), 1e-12)
-            row["error_vs_fp32"][p] = {"cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
-                                       "max_abs": float(np.abs(ref - got).max())}
+            row["error_vs_fp32"][p] = {
+                "cosine_mean": float(cos.mean()),
+                "cosine_min": float(cos.min()),
+                "max_abs": float(np.abs(ref - got).max()),
+            }
         out["shapes"].append(row)
         del inputs
     out["timed"] = "the forward alone (inputs already on the GPU), synced per call; error from TorchRunner.run outputs"
@@ -365,27 +449,43 @@ def sec_batching_ceiling(ctx: Ctx) -> dict:
         def call():
             with torch.inference_mode():
                 return model(**inputs)
+
         return call
 
-    cmp = interleaved({f"b{b}": fwd(b) for b in sizes}, rounds=rounds, warmup=1 if ctx.quick else 2, device=dev,
-                      max_seconds=max_s)
+    cmp = interleaved(
+        {f"b{b}": fwd(b) for b in sizes}, rounds=rounds, warmup=1 if ctx.quick else 2, device=dev, max_seconds=max_s
+    )
     stats = cmp.stats
     rows = []
     for b in sizes:
         s = stats[f"b{b}"]
-        rows.append({"batch": b, "batch_p50_ms": round(s.p50_ms, 4), "per_item_ms": round(s.p50_ms / b, 5),
-                     "items_per_s": round(1e3 * b / s.p50_ms, 1),
-                     # per round: b * time(batch 1) / time(batch b), then the median (ailab.timing.Comparison)
-                     "speedup_per_item_vs_b1": round(cmp.ratio("b1", f"b{b}", scale=b), 3)})
-    return {"device": ctx.device.type, "seq_len": seq, "rounds": stats["b1"].n, "rows": rows,
-            "batching_ceiling": rows[-1]["speedup_per_item_vs_b1"], "at_batch": sizes[-1]}
+        rows.append(
+            {
+                "batch": b,
+                "batch_p50_ms": round(s.p50_ms, 4),
+                "per_item_ms": round(s.p50_ms / b, 5),
+                "items_per_s": round(1e3 * b / s.p50_ms, 1),
+                # per round: b * time(batch 1) / time(batch b), then the median (ailab.timing.Comparison)
+                "speedup_per_item_vs_b1": round(cmp.ratio("b1", f"b{b}", scale=b), 3),
+            }
+        )
+    return {
+        "device": ctx.device.type,
+        "seq_len": seq,
+        "rounds": stats["b1"].n,
+        "rows": rows,
+        "batching_ceiling": rows[-1]["speedup_per_item_vs_b1"],
+        "at_batch": sizes[-1],
+    }
 
 
 def sec_vram_timeline(ctx: Ctx) -> dict:
     """The tracker's background sampler (a thread on a GPU) over load / forwards / held outputs / release."""
     if not ctx.cuda:
-        return skipped(f"{NO_CUDA}: the VRAM timeline samples torch.cuda.memory_allocated/reserved; on CPU the "
-                       "same tracker draws RSS instead (notebook 1/01)")
+        return skipped(
+            f"{NO_CUDA}: the VRAM timeline samples torch.cuda.memory_allocated/reserved; on CPU the "
+            "same tracker draws RSS instead (notebook 1/01)"
+        )
     import gc
 
     import torch
@@ -429,15 +529,33 @@ def sec_vram_timeline(ctx: Ctx) -> dict:
     per_phase = []
     for name, a, b in marks:
         inside = [s for s in samples if a <= s["t"] <= b]
-        per_phase.append({"phase": name, "samples": len(inside),
-                          "max_allocated_mib": _mib(max((s["cuda_allocated"] for s in inside), default=None)),
-                          "max_reserved_mib": _mib(max((s["cuda_reserved"] for s in inside), default=None))})
+        per_phase.append(
+            {
+                "phase": name,
+                "samples": len(inside),
+                "max_allocated_mib": _mib(max((s["cuda_allocated"] for s in inside), default=None)),
+                "max_reserved_mib": _mib(max((s["cuda_reserved"] for s in inside), default=None)),
+            }
+        )
     step = max(1, len(samples) // 150)
-    timeline = [{"t": round(s["t"], 4), "allocated_mib": _mib(s["cuda_allocated"]),
-                 "reserved_mib": _mib(s["cuda_reserved"]), "nvml_used_mib": _mib(s.get("nvml_used"))}
-                for s in samples[::step]]
-    return {"interval_s": 0.005, "n_samples": len(samples), "nvml_used": nvml, "phases": rows,
-            "sampled_per_phase": per_phase, "timeline": timeline, "sampler_cpu_s": round(tr.sampler_cpu_s, 4)}
+    timeline = [
+        {
+            "t": round(s["t"], 4),
+            "allocated_mib": _mib(s["cuda_allocated"]),
+            "reserved_mib": _mib(s["cuda_reserved"]),
+            "nvml_used_mib": _mib(s.get("nvml_used")),
+        }
+        for s in samples[::step]
+    ]
+    return {
+        "interval_s": 0.005,
+        "n_samples": len(samples),
+        "nvml_used": nvml,
+        "phases": rows,
+        "sampled_per_phase": per_phase,
+        "timeline": timeline,
+        "sampler_cpu_s": round(tr.sampler_cpu_s, 4),
+    }
 
 
 def sec_generation(ctx: Ctx) -> dict:
@@ -447,8 +565,13 @@ def sec_generation(ctx: Ctx) -> dict:
 
     from ailab.generation import Decoder
     from ailab.generation.measure import cache_bytes_per_token, cache_growth
-    from ailab.generation.trace import arrival_trace, compare_batching, flat_out_gain, static_occupancy, \
-        step_cost_by_batch
+    from ailab.generation.trace import (
+        arrival_trace,
+        compare_batching,
+        flat_out_gain,
+        static_occupancy,
+        step_cost_by_batch,
+    )
     from ailab.models import tiny_gpt
 
     dev = ctx.device
@@ -472,13 +595,20 @@ def sec_generation(ctx: Ctx) -> dict:
     burst = arrival_trace(n=n, rate_rps=1e6, seed=2, text=text)
     rows = compare_batching(model, burst, rounds=rounds, max_running=seats, num_blocks=max(256, seats * 16))
     keep = ("round", "engine", "tokens_per_s", "saturated_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
-    return {"device": dev.type,
-            "cache": {"model": "tiny_gpt('30m') fp16" if ctx.cuda else "tiny_gpt('1m') fp32",
-                      "bytes_per_token": per_token, "growth": growth},
-            "step_cost": steps, "seats": seats, "requests": n,
-            "rows": [{k: r.get(k) for k in keep} for r in rows],
-            "continuous_over_static_tokens_per_s": flat_out_gain(rows),
-            "bound_if_steps_cost_the_same": 1 / static_occupancy(burst, seats)}
+    return {
+        "device": dev.type,
+        "cache": {
+            "model": "tiny_gpt('30m') fp16" if ctx.cuda else "tiny_gpt('1m') fp32",
+            "bytes_per_token": per_token,
+            "growth": growth,
+        },
+        "step_cost": steps,
+        "seats": seats,
+        "requests": n,
+        "rows": [{k: r.get(k) for k in keep} for r in rows],
+        "continuous_over_static_tokens_per_s": flat_out_gain(rows),
+        "bound_if_steps_cost_the_same": 1 / static_occupancy(burst, seats),
+    }
 
 
 SECTIONS = {
@@ -499,14 +629,24 @@ def hardware() -> dict:
 
     from ailab.device import describe_hardware
 
-    hw = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
-          "torch_cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
-          "device": "cuda" if torch.cuda.is_available() else "cpu", "device_name": None}
+    hw = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "device_name": None,
+    }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        hw.update(device_name=props.name, device_count=torch.cuda.device_count(),
-                  memory_gib=round(props.total_memory / 2**30, 2), compute_capability=f"{props.major}.{props.minor}",
-                  cudnn=torch.backends.cudnn.version())
+        hw.update(
+            device_name=props.name,
+            device_count=torch.cuda.device_count(),
+            memory_gib=round(props.total_memory / 2**30, 2),
+            compute_capability=f"{props.major}.{props.minor}",
+            cudnn=torch.backends.cudnn.version(),
+        )
         try:
             import pynvml
 
@@ -536,37 +676,56 @@ def _summary(name: str, res: dict) -> str:
     if "error" in res:
         return f"ERROR {res['error'][:300]}"
     if name == "memory_counters":
-        return (f"weights {res['weights_allocated_mib']} MiB, forward peak +{res['forward_peak_above_weights_mib']} MiB, "
-                f"freed-but-reserved {res['cache_held_after_free_mib']} MiB, checks {res['checks']}")
+        return (
+            f"weights {res['weights_allocated_mib']} MiB, forward peak +{res['forward_peak_above_weights_mib']} MiB, "
+            f"freed-but-reserved {res['cache_held_after_free_mib']} MiB, checks {res['checks']}"
+        )
     if name == "fragmentation":
         d, e = res["default"], res["expandable_segments"]
-        return (f"live {d['live_mib']:.0f} / {e['live_mib']:.0f} MiB, request {d['request_mib']} MiB: default "
-                f"oom={d['oom']} (free in reserved {d['free_in_reserved_mib']:.0f} MiB, room under the cap "
-                f"{d['room_under_cap_mib']:.0f}), expandable oom={e['oom']} (retries {e['retries']}, reserved "
-                f"{e['reserved_mib']:.0f} -> {e['reserved_after_mib']:.0f} MiB); verdict " + str(
-                    {k: res[k] for k in ("same_live_set_and_request", "default_ooms_with_free_memory",
-                                         "expandable_avoids_it")}))
+        return (
+            f"live {d['live_mib']:.0f} / {e['live_mib']:.0f} MiB, request {d['request_mib']} MiB: default "
+            f"oom={d['oom']} (free in reserved {d['free_in_reserved_mib']:.0f} MiB, room under the cap "
+            f"{d['room_under_cap_mib']:.0f}), expandable oom={e['oom']} (retries {e['retries']}, reserved "
+            f"{e['reserved_mib']:.0f} -> {e['reserved_after_mib']:.0f} MiB); verdict "
+            + str(
+                {
+                    k: res[k]
+                    for k in ("same_live_set_and_request", "default_ooms_with_free_memory", "expandable_avoids_it")
+                }
+            )
+        )
     if name == "estimator":
         return f"max |rel error| {res['max_abs_rel_error']:.1%} over {len(res['points'])} points ({res['device']})"
     if name == "precision":
-        return "; ".join(f"b{r['batch']}: " + ", ".join(
-            f"{p} x{v['median']} cos {r['error_vs_fp32'][p]['cosine_min']:.5f}" for p, v in r["speedup_vs_fp32"].items())
-            for r in res["shapes"])
+        return "; ".join(
+            f"b{r['batch']}: "
+            + ", ".join(
+                f"{p} x{v['median']} cos {r['error_vs_fp32'][p]['cosine_min']:.5f}"
+                for p, v in r["speedup_vs_fp32"].items()
+            )
+            for r in res["shapes"]
+        )
     if name == "batching_ceiling":
-        return ("per item " + ", ".join(f"b{r['batch']} {r['per_item_ms']:.3f} ms" for r in res["rows"])
-                + f" -> ceiling x{res['batching_ceiling']} at b{res['at_batch']} ({res['device']})")
+        return (
+            "per item "
+            + ", ".join(f"b{r['batch']} {r['per_item_ms']:.3f} ms" for r in res["rows"])
+            + f" -> ceiling x{res['batching_ceiling']} at b{res['at_batch']} ({res['device']})"
+        )
     if name == "vram_timeline":
         return f"{res['n_samples']} samples; " + ", ".join(
-            f"{p['phase']}: max alloc {p['max_allocated_mib']} MiB" for p in res["sampled_per_phase"])
+            f"{p['phase']}: max alloc {p['max_allocated_mib']} MiB" for p in res["sampled_per_phase"]
+        )
     if name == "generation":
         st = res["step_cost"]
         growth = res["cache"]["growth"]
-        return (f"cache {res['cache']['bytes_per_token']['error_frac']:.2%} from the formula (bytes asked for); "
-                f"allocated = formula rounded to blocks at every length: "
-                f"{all(r['bytes'] == r['block_bytes'] for r in growth)}; step "
-                + ", ".join(f"b{r['batch']} {r['step_ms']:.2f} ms" for r in st)
-                + f"; continuous x{res['continuous_over_static_tokens_per_s']:.2f} static at {res['seats']} seats "
-                  f"(bound x{res['bound_if_steps_cost_the_same']:.2f}) ({res['device']})")
+        return (
+            f"cache {res['cache']['bytes_per_token']['error_frac']:.2%} from the formula (bytes asked for); "
+            f"allocated = formula rounded to blocks at every length: "
+            f"{all(r['bytes'] == r['block_bytes'] for r in growth)}; step "
+            + ", ".join(f"b{r['batch']} {r['step_ms']:.2f} ms" for r in st)
+            + f"; continuous x{res['continuous_over_static_tokens_per_s']:.2f} static at {res['seats']} seats "
+            f"(bound x{res['bound_if_steps_cost_the_same']:.2f}) ({res['device']})"
+        )
     return ""
 
 
@@ -575,14 +734,16 @@ def run_check(args) -> int:
     out_dir = Path(args.out or os.environ.get("OUT") or (REPO / "build"))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "gpu_check.json"
-    result: dict = {"check": "ailab gpu_check", "quick": bool(args.quick),
-                    "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    result: dict = {
+        "check": "ailab gpu_check",
+        "quick": bool(args.quick),
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
     env_file = os.environ.get("AILAB_GPU_ENV")
     if env_file and Path(env_file).exists():
         result["environment"] = json.loads(Path(env_file).read_text())
     else:
-        result["environment"] = {"method": "this Python's own packages (no wheels installed)",
-                                 "python": sys.executable}
+        result["environment"] = {"method": "this Python's own packages (no wheels installed)", "python": sys.executable}
     rc = 0
     try:
         import torch
@@ -620,16 +781,21 @@ def run_check(args) -> int:
     except Exception as err:  # noqa: BLE001 - e.g. NoGPUError under --require-gpu: still write the JSON
         result["error"] = f"{type(err).__name__}: {err}"
         if isinstance(err, ImportError):
-            result["error"] += ("; this Python lacks a package the check needs: run `make gpu-wheels` here and "
-                                "carry build/gpu-wheels (see scripts/gpu_check.sh)")
+            result["error"] += (
+                "; this Python lacks a package the check needs: run `make gpu-wheels` here and "
+                "carry build/gpu-wheels (see scripts/gpu_check.sh)"
+            )
         result["traceback"] = traceback.format_exc()[-3000:]
         print(f"gpu_check: {result['error']}", file=sys.stderr)
         rc = 2
     result["total_seconds"] = round(time.perf_counter() - t_start, 2)
     path.write_text(json.dumps(result, indent=1, default=str))
     hw = result.get("hardware", {})
-    print(f"gpu_check: {hw.get('device_name')} torch {hw.get('torch')} cuda {hw.get('torch_cuda')}; "
-          f"{result['total_seconds']:.1f}s; wrote {path}", flush=True)
+    print(
+        f"gpu_check: {hw.get('device_name')} torch {hw.get('torch')} cuda {hw.get('torch_cuda')}; "
+        f"{result['total_seconds']:.1f}s; wrote {path}",
+        flush=True,
+    )
     if args.print_json:  # the device run's output tail carries the figures even if the file is not fetched
         slim = json.loads(json.dumps(result, default=str))
         for sec in slim.get("sections", {}).values():

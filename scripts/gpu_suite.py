@@ -19,6 +19,7 @@ SIGKILL 20 s later: a failure shows its cell and traceback even when time runs o
 puts what every cell printed into the log too: the figures of a GPU run come back with it. A notebook that cannot start
 before the budget ends is reported as not run, with the reason.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,26 +42,42 @@ LOG_TAIL = 200_000  # characters of one notebook's output kept in the combined l
 @dataclass(frozen=True)
 class Item:
     path: str
-    limit_s: int           # the notebook's own time limit (nbval cell timeout, then SIGINT)
-    gpu_timed: bool        # asserts speed on the GPU or loads it hard: never beside another such notebook
-    claim: str             # what it shows on a GPU (the summary says what was at stake)
+    limit_s: int  # the notebook's own time limit (nbval cell timeout, then SIGINT)
+    gpu_timed: bool  # asserts speed on the GPU or loads it hard: never beside another such notebook
+    claim: str  # what it shows on a GPU (the summary says what was at stake)
 
 
 # Most valuable first: the claims that only a GPU can check, then what needs MiniLM (which could not travel
 # before), then the rest. Limits are several times what each took on a 2-core CPU.
 PLAN = (
-    Item("notebooks/1_hardware/01_where_the_bytes_go.ipynb", 180, False,
-         "VRAM counters, weights in their blocks, fragmentation with and without expandable segments"),
-    Item("notebooks/5_generation/01_the_decode_loop.ipynb", 180, False,
-         "the KV cache's VRAM: bytes asked for = formula, blocks = formula rounded by the allocator"),
-    Item("notebooks/2_engine/03_precision.ipynb", 240, True,
-         "fp16/bf16 not faster at batch 1, faster at 32, over 1.5x at 256"),
+    Item(
+        "notebooks/1_hardware/01_where_the_bytes_go.ipynb",
+        180,
+        False,
+        "VRAM counters, weights in their blocks, fragmentation with and without expandable segments",
+    ),
+    Item(
+        "notebooks/5_generation/01_the_decode_loop.ipynb",
+        180,
+        False,
+        "the KV cache's VRAM: bytes asked for = formula, blocks = formula rounded by the allocator",
+    ),
+    Item(
+        "notebooks/2_engine/03_precision.ipynb",
+        240,
+        True,
+        "fp16/bf16 not faster at batch 1, faster at 32, over 1.5x at 256",
+    ),
     Item("notebooks/3_serving/01_why_batch.ipynb", 240, False, "the batching ceiling over 10x at batch 128"),
     Item("notebooks/1_hardware/02_safe_batch.ipynb", 180, False, "estimator within 15 %, find_max_batch within 10 %"),
     Item("notebooks/5_generation/03_streaming.ipynb", 180, False, "ailab serve --generate on the GPU, streamed"),
     Item("solutions/5_generation/ex_sse_reader.ipynb", 120, False, "an SSE reader against the generation server"),
-    Item("notebooks/5_generation/02_paged_and_continuous.ipynb", 240, True,
-         "continuous over static batching, the scheduler on the GPU"),
+    Item(
+        "notebooks/5_generation/02_paged_and_continuous.ipynb",
+        240,
+        True,
+        "continuous over static batching, the scheduler on the GPU",
+    ),
     Item("notebooks/1_hardware/04_leak_hunting.ipynb", 150, False, "a leak's slope in memory_allocated"),
     Item("notebooks/1_hardware/03_kv_cache.ipynb", 120, False, "the KV cache formula against the decoder's cache"),
     Item("notebooks/1_hardware/05_roofline.ipynb", 180, True, "the GPU's bandwidth, matmul peak and roofline"),
@@ -102,13 +119,10 @@ PLAN = (
 
 # What cannot travel in one call (project + bundle <= 60 MiB, no package registry, no Debian packages), and why.
 LEFT_OUT = {
-    "notebooks/0_orientation/00_tour.ipynb":
-        "its first cell asserts `ailab doctor` is all green: Python 3.11 and every pinned version; the machine runs "
-        "Python 3.12 with its own torch 2.11 and transformers 5.17, and JupyterLab does not travel",
-    "notebooks/0_orientation/01_reproducible_env.ipynb":
-        "asserts that no installed version differs from its pin; the machine's torch, transformers, numpy differ",
-    "notebooks/3_serving/04_the_server.ipynb":
-        "needs hey (a Debian package), py-spy and mosec (the peers extra); with them the bundle would pass 60 MiB",
+    "notebooks/0_orientation/00_tour.ipynb": "its first cell asserts `ailab doctor` is all green: Python 3.11 and every pinned version; the machine runs "
+    "Python 3.12 with its own torch 2.11 and transformers 5.17, and JupyterLab does not travel",
+    "notebooks/0_orientation/01_reproducible_env.ipynb": "asserts that no installed version differs from its pin; the machine's torch, transformers, numpy differ",
+    "notebooks/3_serving/04_the_server.ipynb": "needs hey (a Debian package), py-spy and mosec (the peers extra); with them the bundle would pass 60 MiB",
     "notebooks/4_application/03_monitoring.ipynb": "needs Prometheus with promtool and PostgreSQL (Debian binaries)",
     "notebooks/4_application/04_queue_workers.ipynb": "needs redis-server (a Debian binary)",
     "notebooks/4_application/05_outgrowing_one_machine.ipynb": "needs Ray Serve: the ray wheel alone is ~70 MB",
@@ -119,8 +133,12 @@ LEFT_OUT = {
 
 
 def all_notebooks() -> list[str]:
-    return sorted(str(p.relative_to(REPO)) for d in ("notebooks", "solutions") for p in (REPO / d).rglob("*.ipynb")
-                  if ".ipynb_checkpoints" not in p.parts)
+    return sorted(
+        str(p.relative_to(REPO))
+        for d in ("notebooks", "solutions")
+        for p in (REPO / d).rglob("*.ipynb")
+        if ".ipynb_checkpoints" not in p.parts
+    )
 
 
 # ----------------------------------------------------------------------------- one notebook
@@ -151,12 +169,36 @@ def run_one(item: Item, limit_s: float, env: dict, tmp: Path) -> dict:
     """One notebook under nbval in its own process group, stopped by SIGINT at `limit_s` and SIGKILL after 20 s."""
     name = item.path.replace("/", "__")
     junit = tmp / f"{name}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "--tb=short", "-p", "no:cacheprovider", "-p", "nbval.plugin",
-           "-p", "nbval_outputs", "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={int(limit_s)}",
-           f"--junitxml={junit}", item.path]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rA",
+        "--tb=short",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "nbval.plugin",
+        "-p",
+        "nbval_outputs",
+        "--nbval-lax",
+        "--nbval-current-env",
+        f"--nbval-cell-timeout={int(limit_s)}",
+        f"--junitxml={junit}",
+        item.path,
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     timer = threading.Timer(limit_s, lambda: _stop(proc, signal.SIGINT))
     killer = threading.Timer(limit_s + 20, lambda: _stop(proc, signal.SIGKILL))
     timer.start()
@@ -166,10 +208,14 @@ def run_one(item: Item, limit_s: float, env: dict, tmp: Path) -> dict:
     killer.cancel()
     seconds = time.perf_counter() - t0
     timed_out = seconds >= limit_s
-    res = {"path": item.path, "seconds": round(seconds, 1), "limit_s": round(limit_s), "rc": proc.returncode,
-           **_junit(junit)}
-    res["status"] = ("timeout" if timed_out else "passed" if proc.returncode == 0 and res["failed"] == 0
-                     else "failed")
+    res = {
+        "path": item.path,
+        "seconds": round(seconds, 1),
+        "limit_s": round(limit_s),
+        "rc": proc.returncode,
+        **_junit(junit),
+    }
+    res["status"] = "timeout" if timed_out else "passed" if proc.returncode == 0 and res["failed"] == 0 else "failed"
     res["log"] = output
     return res
 
@@ -183,9 +229,18 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 
 # ----------------------------------------------------------------------------- the run
 def notebook_env(rehearse: bool, threads: int) -> dict:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1", MPLBACKEND="agg",
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+        MPLBACKEND="agg",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+        PYDEVD_DISABLE_FILE_VALIDATION="1",
+    )
     # scripts/ for the nbval_outputs plugin, by its own name: a package called `scripts` may exist elsewhere
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO / "scripts")) if p)
     if rehearse:
@@ -203,8 +258,10 @@ def run(args) -> int:
     plan = [i for i in PLAN if not args.only or i.path in args.only or Path(i.path).stem in args.only]
     unknown = [o for o in (args.only or []) if not any(o in (i.path, Path(i.path).stem) for i in PLAN)]
     if unknown:
-        print(f"gpu_suite: not in the plan: {unknown} (left out: {[p for p in LEFT_OUT if Path(p).stem in unknown]})",
-              file=sys.stderr)
+        print(
+            f"gpu_suite: not in the plan: {unknown} (left out: {[p for p in LEFT_OUT if Path(p).stem in unknown]})",
+            file=sys.stderr,
+        )
         return 2
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     threads = max(1, cores // args.jobs)
@@ -219,32 +276,50 @@ def run(args) -> int:
         try:
             left = deadline - time.perf_counter()
             if left < args.min_start_s:
-                res = {"path": item.path, "status": "not run", "seconds": 0, "limit_s": item.limit_s,
-                       "why": f"{left:.0f} s of the budget left when its turn came "
-                              f"(needs {args.min_start_s:.0f} s to start)"}
+                res = {
+                    "path": item.path,
+                    "status": "not run",
+                    "seconds": 0,
+                    "limit_s": item.limit_s,
+                    "why": f"{left:.0f} s of the budget left when its turn came "
+                    f"(needs {args.min_start_s:.0f} s to start)",
+                }
             else:
                 res = run_one(item, min(item.limit_s, left), env, tmp)
             log = res.pop("log", "")
             with cond:
                 results[item.path] = res
                 with open(log_path, "a") as f:
-                    f.write(f"\n{'=' * 100}\n{item.path}: {res['status']} in {res['seconds']} s "
-                            f"(limit {res['limit_s']} s)\n")
+                    f.write(
+                        f"\n{'=' * 100}\n{item.path}: {res['status']} in {res['seconds']} s "
+                        f"(limit {res['limit_s']} s)\n"
+                    )
                     f.write(log[-LOG_TAIL:])
                 fail = res.get("first_failure") or {}
-                print(f"[{time.perf_counter() - t_start:5.0f} s] {res['status']:>8}  {res['seconds']:6.1f} s  "
-                      f"{item.path}" + (f"  ({res.get('passed', 0)}/{res.get('cells', 0)} cells; {fail.get('cell')}: "
-                                        f"{(fail.get('message') or '')[:160]})" if fail else "")
-                      + (f"  ({res['why']})" if "why" in res else ""), flush=True)
+                print(
+                    f"[{time.perf_counter() - t_start:5.0f} s] {res['status']:>8}  {res['seconds']:6.1f} s  "
+                    f"{item.path}"
+                    + (
+                        f"  ({res.get('passed', 0)}/{res.get('cells', 0)} cells; {fail.get('cell')}: "
+                        f"{(fail.get('message') or '')[:160]})"
+                        if fail
+                        else ""
+                    )
+                    + (f"  ({res['why']})" if "why" in res else ""),
+                    flush=True,
+                )
         finally:
             with cond:
                 state["running"] -= 1
                 state["gpu_busy"] = state["gpu_busy"] and not item.gpu_timed
                 cond.notify_all()
 
-    print(f"gpu_suite: {len(plan)} notebooks, {args.jobs} at a time ({threads} threads each), at most one "
-          f"GPU-timed at a time, budget {args.budget:.0f} s, "
-          f"{'CPU rehearsal' if args.rehearse else 'AILAB_REQUIRE_GPU=1'}", flush=True)
+    print(
+        f"gpu_suite: {len(plan)} notebooks, {args.jobs} at a time ({threads} threads each), at most one "
+        f"GPU-timed at a time, budget {args.budget:.0f} s, "
+        f"{'CPU rehearsal' if args.rehearse else 'AILAB_REQUIRE_GPU=1'}",
+        flush=True,
+    )
     pending, threads_started = list(plan), []
     with cond:
         while pending:
@@ -263,18 +338,29 @@ def run(args) -> int:
         t.join()
     rows = [results[i.path] for i in plan]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "failed", "timeout", "not run")}
-    summary = {"suite": "ailab gpu_suite", "rehearsal": args.rehearse, "jobs": args.jobs, "threads_each": threads,
-               "budget_s": args.budget, "seconds": round(time.perf_counter() - t_start, 1), "counts": counts,
-               "covered": len(plan), "of_all": len(all_notebooks()), "results": rows,
-               "claims": {i.path: i.claim for i in plan},
-               "left_out": {p: why for p, why in LEFT_OUT.items()},
-               "not_selected": [i.path for i in PLAN if i not in plan]}
+    summary = {
+        "suite": "ailab gpu_suite",
+        "rehearsal": args.rehearse,
+        "jobs": args.jobs,
+        "threads_each": threads,
+        "budget_s": args.budget,
+        "seconds": round(time.perf_counter() - t_start, 1),
+        "counts": counts,
+        "covered": len(plan),
+        "of_all": len(all_notebooks()),
+        "results": rows,
+        "claims": {i.path: i.claim for i in plan},
+        "left_out": {p: why for p, why in LEFT_OUT.items()},
+        "not_selected": [i.path for i in PLAN if i not in plan],
+    }
     prior = out / "gpu_suite.json"
     if prior.is_file():  # the shell wrote the install and gpu_check parts first: keep them
         summary = {**json.loads(prior.read_text()), **summary}
     prior.write_text(json.dumps(summary, indent=1))
-    print(f"gpu_suite: {counts} in {summary['seconds']:.0f} s; {len(LEFT_OUT)} left out; wrote {prior} and {log_path}",
-          flush=True)
+    print(
+        f"gpu_suite: {counts} in {summary['seconds']:.0f} s; {len(LEFT_OUT)} left out; wrote {prior} and {log_path}",
+        flush=True,
+    )
     return 0 if counts["passed"] == len(plan) else 1
 
 

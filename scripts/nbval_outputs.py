@@ -5,12 +5,13 @@ otherwise drops them; a GPU run is rare, and its figures are what it is for.
 
 Streams are kept, and the plain-text form of results and displays when it is short (a figure's is not).
 """
+
 from __future__ import annotations
 
 import pytest
 
-MAX_CHARS = 6000        # of one cell's output (its end is kept)
-MAX_PLAIN = 1500        # longer plain-text reprs (plotly figures, widgets) are left out
+MAX_CHARS = 6000  # of one cell's output (its end is kept)
+MAX_PLAIN = 1500  # longer plain-text reprs (plotly figures, widgets) are left out
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -7,6 +7,7 @@ cell raised, and saves a screenshot under build/. Then it opens a page of the bo
 (from file://, no server, no network) and asserts that its plotly figures drew and that it shows
 numbers measured while the book was built.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "notebooks/0_orientation/00_tour.ipynb"
 BOOK_PAGE = ROOT / "build/book/_build/html/notebooks/4_application/01_performance_testing.html"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -46,10 +55,21 @@ def stage_course(dest: Path) -> Path:
 def start_jupyter(port: int, token: str, root: Path) -> subprocess.Popen:
     log = open(ROOT / "build" / "test-ui-jupyter.log", "w")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
+        [
+            str(Path(sys.executable).parent / "jupyter"),
+            "lab",
+            "--no-browser",
+            "--ip",
+            "127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+        ]
         + (["--allow-root"] if os.geteuid() == 0 else []),
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
@@ -72,8 +92,9 @@ def run_tour(url: str, screenshot: Path) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar-kernelStatus",
-                               timeout=60_000)
+        page.wait_for_selector(
+            ".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar-kernelStatus", timeout=60_000
+        )
         time.sleep(2)  # let the kernel finish connecting before the first execute request
         try:
             _run_all_and_check(page, screenshot)
@@ -93,9 +114,14 @@ def _run_all_and_check(page, screenshot: Path) -> None:
         """() => {
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
             return prompts.length > 0 && prompts.every(t => /\\[\\d+\\]/.test(t));
-        }""", timeout=int(os.environ.get('AILAB_UI_TIMEOUT', '240')) * 1000, polling=1000)
-    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
-                          ":has-text('Traceback'), .jp-RenderedText:has-text('Traceback (most recent')")
+        }""",
+        timeout=int(os.environ.get("AILAB_UI_TIMEOUT", "240")) * 1000,
+        polling=1000,
+    )
+    errors = page.locator(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+        ":has-text('Traceback'), .jp-RenderedText:has-text('Traceback (most recent')"
+    )
     plot = page.locator(".js-plotly-plot")
     widget = page.locator(".jupyter-widgets .widget-text input, .jupyter-widgets input[type='text']")
     plot.first.wait_for(timeout=30_000)
@@ -143,15 +169,16 @@ def check_book_page(path: Path, screenshot: Path) -> int:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(path.as_uri())
-            figure = page.locator(".js-plotly-plot .main-svg")   # drawn by plotly.js, not just a placeholder div
+            figure = page.locator(".js-plotly-plot .main-svg")  # drawn by plotly.js, not just a placeholder div
             figure.first.wait_for(timeout=30_000)
             figure.first.scroll_into_view_if_needed()
             page.screenshot(path=str(screenshot), full_page=False)
             outputs = page.locator(".cell_output").all_inner_texts()
             measured = [t for t in outputs if re.search(r"\d+(\.\d+)? req/s", t)]
             assert measured, "the page shows no measured throughput: was the book built with execution on?"
-            assert "CPU only" in page.inner_text("body") or "CUDA" in page.inner_text("body"), \
+            assert "CPU only" in page.inner_text("body") or "CUDA" in page.inner_text("body"), (
                 "the page should name the hardware it was measured on"
+            )
             return page.locator(".js-plotly-plot").count()
         finally:
             browser.close()
@@ -171,8 +198,10 @@ def main() -> int:
     print(f"test-ui: the tour ran in Chromium; plot and widget rendered; screenshot {shot}")
     book_shot = ROOT / "build" / "test-ui-book.png"
     n = check_book_page(BOOK_PAGE, book_shot)
-    print(f"test-ui: the book page {BOOK_PAGE.relative_to(ROOT)} drew {n} plotly figure(s) and shows measured "
-          f"numbers; screenshot {book_shot}")
+    print(
+        f"test-ui: the book page {BOOK_PAGE.relative_to(ROOT)} drew {n} plotly figure(s) and shows measured "
+        f"numbers; screenshot {book_shot}"
+    )
     return 0
 
 

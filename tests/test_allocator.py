@@ -1,6 +1,7 @@
 """The CUDA caching allocator's arithmetic (ailab.memory.blocks) and the fragmentation probe's plan and cap
 (ailab.memory.fragmentation), on a CPU: the rules are PyTorch's, the probe's call into torch.cuda is checked
 with torch's own argument validation and a stand-in for the driver call it would make."""
+
 from __future__ import annotations
 
 import types
@@ -20,8 +21,9 @@ def test_requests_round_to_512_bytes():
         blocks.round_request(-1)
 
 
-@pytest.mark.parametrize("request_mib,segment_mib", [(0.5, 2), (1, 2), (1.5, 20), (9.9, 20), (10, 10), (35, 36),
-                                                     (35.5, 36), (36, 36)])
+@pytest.mark.parametrize(
+    "request_mib,segment_mib", [(0.5, 2), (1, 2), (1.5, 20), (9.9, 20), (10, 10), (35, 36), (35.5, 36), (36, 36)]
+)
 def test_segment_sizes(request_mib, segment_mib):
     assert blocks.segment_bytes(int(request_mib * MiB)) == segment_mib * MiB
 
@@ -58,12 +60,17 @@ def test_default_plan_holds_the_same_live_set_in_both_modes():
     assert plan.block_mib < plan.request_mib <= holes and room < plan.request_mib
 
 
-@pytest.mark.parametrize("bad,why", [({"request_mib": 64}, "larger than any hole"),
-                                     ({"request_mib": 600}, "fit in the holes"),
-                                     ({"filler_mib": 60}, "larger than a hole"),
-                                     ({"filler_mib": 129}, "multiple of 2 MiB"),
-                                     ({"request_mib": 100}, "room left under the cap"),
-                                     ({"cap_mib": 2200}, "page rounding")])
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        ({"request_mib": 64}, "larger than any hole"),
+        ({"request_mib": 600}, "fit in the holes"),
+        ({"filler_mib": 60}, "larger than a hole"),
+        ({"filler_mib": 129}, "multiple of 2 MiB"),
+        ({"request_mib": 100}, "room left under the cap"),
+        ({"cap_mib": 2200}, "page rounding"),
+    ],
+)
 def test_a_plan_that_cannot_show_the_lesson_is_refused(bad, why):
     with pytest.raises(ValueError, match=why):
         fragmentation.Plan(**bad).check()
@@ -74,7 +81,7 @@ def fake_driver(monkeypatch):
     """torch.cuda as a CUDA machine presents it, down to the driver call: torch's own set_per_process_memory_fraction
     (its argument checks included) runs, and the call it would make into the allocator is recorded."""
     calls = []
-    total = 143_771 * MiB                                          # the H200's total memory
+    total = 143_771 * MiB  # the H200's total memory
 
     class Reached(Exception):
         pass
@@ -95,7 +102,7 @@ def test_probe_caps_the_allocator_by_device_index(fake_driver):
     # The first GPU run crashed here: torch.device("cuda") has no index, and torch refuses it (ValueError).
     with pytest.raises(fake_driver.Reached):
         fragmentation.probe()
-    (fraction, device), = fake_driver.calls
+    ((fraction, device),) = fake_driver.calls
     assert device == 0 and isinstance(device, int)
     assert fraction == pytest.approx(2048 * MiB / fake_driver.total)
 
@@ -109,12 +116,21 @@ def test_the_old_call_is_what_torch_refuses(fake_driver):
 
 
 def test_compare_reads_the_three_claims():
-    plain = {"live_mib": 1422.0, "request_mib": 192, "cap_mib": 2048, "fillers": 7, "oom": True,
-             "free_in_reserved_mib": 512.0, "room_under_cap_mib": 114.0}
+    plain = {
+        "live_mib": 1422.0,
+        "request_mib": 192,
+        "cap_mib": 2048,
+        "fillers": 7,
+        "oom": True,
+        "free_in_reserved_mib": 512.0,
+        "room_under_cap_mib": 114.0,
+    }
     fixed = dict(plain, oom=False, free_in_reserved_mib=518.0, room_under_cap_mib=108.0)
-    assert fragmentation.compare(plain, fixed) == {"same_live_set_and_request": True,
-                                                   "default_ooms_with_free_memory": True,
-                                                   "expandable_avoids_it": True}
+    assert fragmentation.compare(plain, fixed) == {
+        "same_live_set_and_request": True,
+        "default_ooms_with_free_memory": True,
+        "expandable_avoids_it": True,
+    }
     # the first GPU run's shape: the two modes held different sets (the fillers took the holes)
     assert not fragmentation.compare(plain, dict(fixed, live_mib=1800.0))["expandable_avoids_it"]
     assert not fragmentation.compare(plain, dict(plain))["expandable_avoids_it"]

@@ -1,5 +1,6 @@
 """ARCHITECTURE.md stays true: every module it names exists, and every module that exists is named there; and
 every lab or exercise has its test file, named after its check module (its recipe, "Adding a lab or an exercise")."""
+
 import re
 from pathlib import Path
 
@@ -40,5 +41,7 @@ def test_every_check_module_has_its_test_file_named_one_way():
     want = {f"test_lab_{m.removeprefix('lab_')}" if m.startswith("lab") else f"test_{m}" for m in modules}
     have = {p.stem for p in (ROOT / "tests").glob("test_*.py") if p.stem.startswith(("test_lab_", "test_ex_"))}
     assert not want - have, f"check modules without their test file: {sorted(want - have)}"
-    assert not have - want, f"test files named like a lab's or an exercise's, with no check module: {sorted(have - want)}"
+    assert not have - want, (
+        f"test files named like a lab's or an exercise's, with no check module: {sorted(have - want)}"
+    )
     assert "Adding a lab or an exercise" in DOC

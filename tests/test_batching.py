@@ -1,4 +1,5 @@
 """DynamicBatcher: window on size and time, bounded queue, deadlines, priorities, buckets, isolation."""
+
 import asyncio
 import threading
 import time
@@ -7,8 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from ailab.batching import (BatcherClosedError, DeadlineExceededError, DynamicBatcher, QueueFullError,
-                            length_bucket, run_sync)
+from ailab.batching import (
+    BatcherClosedError,
+    DeadlineExceededError,
+    DynamicBatcher,
+    QueueFullError,
+    length_bucket,
+    run_sync,
+)
 from ailab.bench import drive_batcher
 
 
@@ -102,7 +109,7 @@ def test_queue_full_rejects_at_once():
     async def main():
         b = DynamicBatcher(lambda xs: (time.sleep(0.2), xs)[1], max_batch_size=1, max_wait_ms=0, max_queue=4)
         first = asyncio.ensure_future(b.submit(0))
-        await asyncio.sleep(0.05)                 # first is now computing, queue empty
+        await asyncio.sleep(0.05)  # first is now computing, queue empty
         waiting = [asyncio.ensure_future(b.submit(i)) for i in range(1, 5)]
         await asyncio.sleep(0)
         t0 = time.monotonic()
@@ -146,8 +153,10 @@ def test_priorities_higher_first_fifo_within_level():
         b = DynamicBatcher(rec, max_batch_size=1, max_wait_ms=0)
         first = asyncio.ensure_future(b.submit("busy"))
         await asyncio.sleep(0.02)
-        tasks = [asyncio.ensure_future(b.submit(name, priority=p))
-                 for name, p in [("low1", 0), ("high1", 5), ("low2", 0), ("high2", 5), ("mid", 1)]]
+        tasks = [
+            asyncio.ensure_future(b.submit(name, priority=p))
+            for name, p in [("low1", 0), ("high1", 5), ("low2", 0), ("high2", 5), ("mid", 1)]
+        ]
         await asyncio.gather(first, *tasks)
         await b.close()
 
@@ -189,8 +198,9 @@ def test_size_function_caps_batch_cost():
     rec = Recorder()
 
     async def main():
-        b = DynamicBatcher(lambda xs: [len(x) for x in xs], max_batch_size=100, max_wait_ms=20,
-                           size_fn=len, max_batch_cost=10)
+        b = DynamicBatcher(
+            lambda xs: [len(x) for x in xs], max_batch_size=100, max_wait_ms=20, size_fn=len, max_batch_cost=10
+        )
         b.fn = lambda xs: (rec.batches.append(xs), [len(x) for x in xs])[1]
         await asyncio.gather(*(b.submit("x" * n) for n in [4, 4, 4, 4, 9, 1]))
         await b.close()
@@ -204,8 +214,9 @@ def test_length_bucketing_groups_similar_lengths():
     rec = Recorder()
 
     async def main():
-        b = DynamicBatcher(lambda xs: (rec.batches.append(xs), xs)[1], max_batch_size=4, max_wait_ms=30,
-                           bucket_fn=length_bucket(10))
+        b = DynamicBatcher(
+            lambda xs: (rec.batches.append(xs), xs)[1], max_batch_size=4, max_wait_ms=30, bucket_fn=length_bucket(10)
+        )
         items = ["a" * n for n in [3, 35, 5, 38, 7, 31, 2, 33]]
         await asyncio.gather(*(b.submit(x) for x in items))
         await b.close()

@@ -5,6 +5,7 @@ waited out its whole deadline, or forever without one, and close() re-raised the
 cancelled request stayed queued and was still computed; close() after its timeout left callers
 hanging; one poisoned item cost N+1 forward passes.
 """
+
 import asyncio
 import math
 import threading
@@ -13,8 +14,15 @@ import time
 import httpx
 import pytest
 
-from ailab.batching import (MAX_PRIORITY, MIN_PRIORITY, BatcherClosedError, BatcherDeadError, BatcherError,
-                            DynamicBatcher, QueueFullError)
+from ailab.batching import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    BatcherClosedError,
+    BatcherDeadError,
+    BatcherError,
+    DynamicBatcher,
+    QueueFullError,
+)
 from ailab.server import create_app, start_in_thread
 
 
@@ -62,10 +70,10 @@ def test_hook_error_does_not_kill_the_collector():
         b = DynamicBatcher(Model(), max_batch_size=4, max_wait_ms=1, on_batch=hook)
         first = await b.submit(1)
         t0 = time.monotonic()
-        second = await b.submit(2, timeout=2.0)     # was: DeadlineExceededError after the full 2 s
+        second = await b.submit(2, timeout=2.0)  # was: DeadlineExceededError after the full 2 s
         took = time.monotonic() - t0
-        third = await b.submit(3)                   # was: waits forever (no deadline)
-        await b.close()                             # was: re-raised the hook's RuntimeError
+        third = await b.submit(3)  # was: waits forever (no deadline)
+        await b.close()  # was: re-raised the hook's RuntimeError
         return first, second, third, took, b
 
     first, second, third, took, b = run(main())
@@ -115,7 +123,7 @@ def test_dead_collector_fails_pending_and_later_requests_fast():
         b = DynamicBatcher(model, max_batch_size=1, max_wait_ms=0)
         ok = await b.submit(1)
         t0 = time.monotonic()
-        tasks = [asyncio.ensure_future(b.submit(x)) for x in ["crash", 2, 3]]   # 2, 3: queued, no deadline
+        tasks = [asyncio.ensure_future(b.submit(x)) for x in ["crash", 2, 3]]  # 2, 3: queued, no deadline
         res = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=5)
         pending_took = time.monotonic() - t0
         t0 = time.monotonic()
@@ -123,7 +131,7 @@ def test_dead_collector_fails_pending_and_later_requests_fast():
             await b.submit(4)
         later_took = time.monotonic() - t0
         healthy, reason = b.healthy, b.dead_reason
-        await b.close()                             # a dead collector is no error at close
+        await b.close()  # a dead collector is no error at close
         return ok, res, pending_took, later_took, healthy, reason, b
 
     ok, res, pending_took, later_took, healthy, reason, b = run(main())
@@ -157,12 +165,13 @@ def test_readyz_turns_503_with_a_reason_when_the_collector_dies():
         ready = c.get(h.url + "/readyz")
         assert ready.status_code == 503, ready.text
         assert "collector stopped" in ready.json()["reason"] and "ModelCrash" in ready.json()["reason"]
-        assert c.get(h.url + "/healthz").status_code == 200          # the process lives: liveness stays ok
+        assert c.get(h.url + "/healthz").status_code == 200  # the process lives: liveness stays ok
         t0 = time.monotonic()
-        assert c.post(h.url + "/v1/predict", json={"inputs": "fine"}, headers={"X-Timeout-Ms": "3000"}
-                      ).status_code == 500
+        assert (
+            c.post(h.url + "/v1/predict", json={"inputs": "fine"}, headers={"X-Timeout-Ms": "3000"}).status_code == 500
+        )
         assert time.monotonic() - t0 < 2.0, "a request to a dead batcher must fail fast, not at its deadline"
-        assert c.post(h.url + "/admin/models/m/swap").status_code == 200   # the remedy the reason names
+        assert c.post(h.url + "/admin/models/m/swap").status_code == 200  # the remedy the reason names
         assert c.get(h.url + "/readyz").status_code == 200
         assert c.post(h.url + "/v1/predict", json={"inputs": "fine"}).status_code == 200
 
@@ -170,7 +179,7 @@ def test_readyz_turns_503_with_a_reason_when_the_collector_dies():
 # ---- 2. cancellation ---------------------------------------------------------------------------
 @pytest.mark.parametrize("timeout", [None, 5.0])
 def test_cancelled_request_leaves_the_queue_and_never_reaches_the_model(timeout):
-    gate, seen = threading.Event(), []              # the first batch computes until the test lets it go
+    gate, seen = threading.Event(), []  # the first batch computes until the test lets it go
 
     def model(items):
         seen.extend(items)
@@ -180,12 +189,12 @@ def test_cancelled_request_leaves_the_queue_and_never_reaches_the_model(timeout)
     async def main():
         b = DynamicBatcher(model, max_batch_size=1, max_wait_ms=0, max_queue=2)
         busy = asyncio.ensure_future(b.submit(1))
-        await asyncio.sleep(0.03)                   # 1 is computing; the queue is empty
+        await asyncio.sleep(0.03)  # 1 is computing; the queue is empty
         gone = asyncio.ensure_future(b.submit(100, timeout=timeout))
         await asyncio.sleep(0)
         assert b.queue_depth == 1
         gone.cancel()
-        await asyncio.sleep(0.01)                   # wait_for needs a few loop turns to unwind
+        await asyncio.sleep(0.01)  # wait_for needs a few loop turns to unwind
         depth_after_cancel = b.queue_depth
         # Its slot is free again: two more fit in max_queue=2 (the second would be refused if it
         # still held one), and then the queue is full, so the count is exact both ways.
@@ -206,7 +215,7 @@ def test_cancelled_request_leaves_the_queue_and_never_reaches_the_model(timeout)
 # ---- 3. close ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("drain", [True, False])
 def test_close_after_its_timeout_resolves_every_future(drain):
-    gate = threading.Event()                        # the model is stuck until the test lets it go
+    gate = threading.Event()  # the model is stuck until the test lets it go
 
     def stuck(items):
         gate.wait(5)
@@ -214,12 +223,12 @@ def test_close_after_its_timeout_resolves_every_future(drain):
 
     async def main():
         b = DynamicBatcher(stuck, max_batch_size=1, max_wait_ms=0)
-        tasks = [asyncio.ensure_future(b.submit(i)) for i in range(3)]   # 0 runs, 1 and 2 wait
+        tasks = [asyncio.ensure_future(b.submit(i)) for i in range(3)]  # 0 runs, 1 and 2 wait
         await asyncio.sleep(0.05)
         t0 = time.monotonic()
         await b.close(drain=drain, timeout=0.2)
         took = time.monotonic() - t0
-        done, pending = await asyncio.wait(tasks, timeout=1.0)           # was: all three hang
+        done, pending = await asyncio.wait(tasks, timeout=1.0)  # was: all three hang
         gate.set()
         return took, [t.exception() if t.done() else None for t in tasks], pending
 

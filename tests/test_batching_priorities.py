@@ -4,6 +4,7 @@ refused and a steady high-priority stream cannot starve a low one. With aging of
 
 Before: one bound for all levels (a flood of low-priority requests got high-priority ones refused with
 503) and strict priority only (a low-priority request waited as long as any high one was queued)."""
+
 import asyncio
 import math
 import threading
@@ -55,10 +56,10 @@ def test_a_flood_at_the_low_levels_bound_does_not_refuse_a_high_priority_request
         busy = await start_busy(b)
         lows = [asyncio.ensure_future(b.submit(("low", i), priority=0)) for i in range(8)]
         await asyncio.sleep(0)
-        with pytest.raises(QueueFullError) as refused:          # the low level is at its bound ...
+        with pytest.raises(QueueFullError) as refused:  # the low level is at its bound ...
             await b.submit(("low", 8), priority=0)
         room = b.room(0), b.room(5)
-        high = asyncio.ensure_future(b.submit("high", priority=5))   # ... the high one is still queued
+        high = asyncio.ensure_future(b.submit("high", priority=5))  # ... the high one is still queued
         await asyncio.sleep(0)
         depth = b.queue_depth
         gate.set()
@@ -81,7 +82,7 @@ def test_unset_the_level_bound_is_max_queue_as_before():
         busy = await start_busy(b)
         lows = [asyncio.ensure_future(b.submit(i, priority=0)) for i in range(4)]
         await asyncio.sleep(0)
-        with pytest.raises(QueueFullError) as refused:           # one level may fill the whole queue
+        with pytest.raises(QueueFullError) as refused:  # one level may fill the whole queue
             await b.submit("high", priority=5)
         gate.set()
         await asyncio.gather(busy, *lows)
@@ -96,8 +97,7 @@ def test_the_total_bound_still_applies():
     gate = threading.Event()
 
     async def main():
-        b = DynamicBatcher(Model(gate=gate), max_batch_size=1, max_wait_ms=0, max_queue=10,
-                           max_queue_per_priority=8)
+        b = DynamicBatcher(Model(gate=gate), max_batch_size=1, max_wait_ms=0, max_queue=10, max_queue_per_priority=8)
         busy = await start_busy(b)
         waiting = [asyncio.ensure_future(b.submit(i, priority=0)) for i in range(8)]
         waiting += [asyncio.ensure_future(b.submit(i, priority=3)) for i in range(2)]
@@ -119,7 +119,7 @@ def test_the_total_bound_still_applies():
 
 
 # ---- 2. aging: no level starves ---------------------------------------------------------------------
-CLIENTS, HIGH, AGE_S = 8, 10, 0.05   # a priority-0 request passes new priority-10 ones after 10 * 0.05 s
+CLIENTS, HIGH, AGE_S = 8, 10, 0.05  # a priority-0 request passes new priority-10 ones after 10 * 0.05 s
 
 
 async def with_high_stream(b, body):
@@ -133,7 +133,7 @@ async def with_high_stream(b, body):
             i += 1
 
     clients = [asyncio.ensure_future(client(c)) for c in range(CLIENTS)]
-    await asyncio.sleep(0.05)                       # the stream is flowing: highs are always queued
+    await asyncio.sleep(0.05)  # the stream is flowing: highs are always queued
     try:
         return await body(), served
     finally:
@@ -175,12 +175,12 @@ def test_with_aging_off_priority_is_strict():
         b = DynamicBatcher(model, max_batch_size=1, max_wait_ms=0, age_s_per_level=None)
         low = asyncio.ensure_future(b.submit("low", priority=0))
 
-        async def watch():                        # twice the time aging would have let it through in
+        async def watch():  # twice the time aging would have let it through in
             await asyncio.sleep(2 * HIGH * AGE_S)
             return low.done()
 
         done_during_stream, served = await with_high_stream(b, watch)
-        await asyncio.wait_for(low, timeout=10)   # the stream stopped: now it is served, last
+        await asyncio.wait_for(low, timeout=10)  # the stream stopped: now it is served, last
         await b.close()
         return done_during_stream, served
 
@@ -189,8 +189,13 @@ def test_with_aging_off_priority_is_strict():
     assert model.seen[-1] == "low" and model.seen.count("low") == 1
 
 
-@pytest.mark.parametrize("age, expected", [(0.1, ["high100", "low", "high1"]),   # low waited >= 3 levels
-                                           (None, ["high100", "high1", "low"])])   # strict priority
+@pytest.mark.parametrize(
+    "age, expected",
+    [
+        (0.1, ["high100", "low", "high1"]),  # low waited >= 3 levels
+        (None, ["high100", "high1", "low"]),
+    ],
+)  # strict priority
 def test_a_request_that_waited_passes_a_slightly_higher_newer_one(age, expected):
     gate = threading.Event()
     model = Model(gate=gate)
@@ -199,7 +204,7 @@ def test_a_request_that_waited_passes_a_slightly_higher_newer_one(age, expected)
         b = DynamicBatcher(model, max_batch_size=1, max_wait_ms=0, age_s_per_level=age)
         busy = await start_busy(b)
         low = asyncio.ensure_future(b.submit("low", priority=0))
-        await asyncio.sleep(0.3)                # low ages 0.3 s (more on a loaded machine: still < 10 s)
+        await asyncio.sleep(0.3)  # low ages 0.3 s (more on a loaded machine: still < 10 s)
         highs = [asyncio.ensure_future(b.submit(name, priority=p)) for name, p in [("high1", 1), ("high100", 100)]]
         await asyncio.sleep(0)
         gate.set()
@@ -221,8 +226,10 @@ def test_equal_priorities_stay_fifo(age):
         busy = await start_busy(b)
         tasks = []
         for i in range(12):
-            tasks += [asyncio.ensure_future(b.submit(("a", i), priority=2)),
-                      asyncio.ensure_future(b.submit(("b", i), priority=-1))]
+            tasks += [
+                asyncio.ensure_future(b.submit(("a", i), priority=2)),
+                asyncio.ensure_future(b.submit(("b", i), priority=-1)),
+            ]
             if i % 4 == 0:
                 await asyncio.sleep(0.01)
         gate.set()
@@ -236,10 +243,13 @@ def test_equal_priorities_stay_fifo(age):
 
 def test_equal_effective_priority_is_served_in_submission_order():
     q = PriorityLevels(max_queue=10, age_s_per_level=1.0)
-    reqs = [SimpleNamespace(name=n, priority=p, arrived=t, seq=s, state="queued")
-            for s, (n, p, t) in enumerate([("low", 0, 100.0), ("low-2", 0, 100.5), ("high", 1, 101.0),
-                                           ("high-2", 1, 101.0), ("top", 3, 102.0)])]
-    for r in reqs:               # ranks (arrived - priority * 1 s): 100, 100.5, 100, 100, 99
+    reqs = [
+        SimpleNamespace(name=n, priority=p, arrived=t, seq=s, state="queued")
+        for s, (n, p, t) in enumerate(
+            [("low", 0, 100.0), ("low-2", 0, 100.5), ("high", 1, 101.0), ("high-2", 1, 101.0), ("top", 3, 102.0)]
+        )
+    ]
+    for r in reqs:  # ranks (arrived - priority * 1 s): 100, 100.5, 100, 100, 99
         q.push(r)
     assert [r.name for r in q] == ["top", "low", "high", "high-2", "low-2"]
     reqs[0].state = "running"
@@ -258,14 +268,32 @@ def test_stats_keys_are_unchanged_and_bad_arguments_are_named():
 
     out, stats = run(main())
     assert sorted(out) == list(range(6))
-    assert list(stats) == ["batches", "items", "rejected", "expired", "failed", "retried_batches",
-                           "isolation_passes", "hook_errors", "loop_errors", "mean_batch_size",
-                           "worker_utilization", "batch_size_hist", "queue_wait_p50_ms", "queue_wait_p99_ms",
-                           "compute_p50_ms", "compute_p99_ms"]
-    for kw, name in [(dict(max_queue_per_priority=0), "max_queue_per_priority"),
-                     (dict(max_queue_per_priority=2.5), "max_queue_per_priority"),
-                     (dict(age_s_per_level=0), "age_s_per_level"), (dict(age_s_per_level=-1), "age_s_per_level"),
-                     (dict(age_s_per_level=math.nan), "age_s_per_level"),
-                     (dict(age_s_per_level=math.inf), "age_s_per_level"), (dict(max_queue=0), "max_queue")]:
+    assert list(stats) == [
+        "batches",
+        "items",
+        "rejected",
+        "expired",
+        "failed",
+        "retried_batches",
+        "isolation_passes",
+        "hook_errors",
+        "loop_errors",
+        "mean_batch_size",
+        "worker_utilization",
+        "batch_size_hist",
+        "queue_wait_p50_ms",
+        "queue_wait_p99_ms",
+        "compute_p50_ms",
+        "compute_p99_ms",
+    ]
+    for kw, name in [
+        (dict(max_queue_per_priority=0), "max_queue_per_priority"),
+        (dict(max_queue_per_priority=2.5), "max_queue_per_priority"),
+        (dict(age_s_per_level=0), "age_s_per_level"),
+        (dict(age_s_per_level=-1), "age_s_per_level"),
+        (dict(age_s_per_level=math.nan), "age_s_per_level"),
+        (dict(age_s_per_level=math.inf), "age_s_per_level"),
+        (dict(max_queue=0), "max_queue"),
+    ]:
         with pytest.raises(ValueError, match=name):
             DynamicBatcher(list, **kw)

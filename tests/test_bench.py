@@ -1,4 +1,5 @@
 """ailab.bench against a small stdlib HTTP server on loopback whose behaviour each test controls."""
+
 from __future__ import annotations
 
 import csv
@@ -74,6 +75,7 @@ def _free_port() -> int:
 
 # --------------------------------------------------------------------------- pure logic (no network)
 
+
 def _result(records, elapsed, warmup=0.0, mode="closed"):
     return LoadResult(mode, "http://127.0.0.1:1/x", 4, None, elapsed, warmup, records, elapsed)
 
@@ -97,8 +99,9 @@ def test_throughput_counts_successes_and_the_tail_counts_failures():
 def test_p99_is_not_best_when_things_are_worst():
     healthy = _result([(0.01 * i, 0.01 * i, 50.0, 200) for i in range(200)], 2.0)
     # the same run where a third of the requests timed out after 5 s: fewer successes, all of them fast
-    broken = _result([(0.01 * i, 0.01 * i, 5000.0 if i % 3 == 0 else 20.0, 200 if i % 3 else "timeout")
-                      for i in range(200)], 2.0)
+    broken = _result(
+        [(0.01 * i, 0.01 * i, 5000.0 if i % 3 == 0 else 20.0, 200 if i % 3 else "timeout") for i in range(200)], 2.0
+    )
     assert broken.stats.p99_ms > healthy.stats.p99_ms
 
 
@@ -118,12 +121,12 @@ def test_send_lag_flags_an_open_loop_that_fell_behind():
 
 
 def test_windows_and_stability_rule():
-    steady = [(t, t, 5.0, 200) for t in np.arange(0, 6, 0.01)]          # 100 req/s for 6 s
+    steady = [(t, t, 5.0, 200) for t in np.arange(0, 6, 0.01)]  # 100 req/s for 6 s
     r = _result(steady, 6.0)
     assert len(r.windows) == 6
     assert all(w.rps == pytest.approx(100, abs=2) for w in r.windows)
     assert r.stable(tolerance_pct=5)
-    ramp = [(t, t, 5.0, 200) for k in range(6) for t in np.linspace(k, k + 1, 20 * 2 ** k, endpoint=False)]
+    ramp = [(t, t, 5.0, 200) for k in range(6) for t in np.linspace(k, k + 1, 20 * 2**k, endpoint=False)]
     r2 = _result(ramp, 6.0)  # throughput doubles every window: never three windows within 10 %
     assert not r2.stable(tolerance_pct=10)
     assert r2.stable(tolerance_pct=80)  # 1, 2, 4: within 80 % of their mean
@@ -137,7 +140,12 @@ def test_json_and_csv_round_trip(tmp_path):
     assert doc["p99_ms"] == pytest.approx(r.stats.p99_ms, abs=1e-3) and len(doc["windows"]) == 2
     assert json.loads((tmp_path / "r.json").read_text()) == doc
     rows = list(csv.DictReader(io.StringIO(r.to_csv(str(tmp_path / "r.csv")))))
-    assert len(rows) == 200 and rows[10]["status"] == "500" and rows[9]["status"] == "200" and float(rows[1]["latency_ms"]) == 4.0
+    assert (
+        len(rows) == 200
+        and rows[10]["status"] == "500"
+        and rows[9]["status"] == "200"
+        and float(rows[1]["latency_ms"]) == 4.0
+    )
 
 
 def test_best_within_slo_is_not_just_best_throughput():
@@ -153,8 +161,9 @@ def test_best_within_slo_is_not_just_best_throughput():
 def test_capacity_knee_is_the_highest_rate_the_server_keeps_up_with():
     def run(rate, capacity, lat):  # arrivals for 2 s, answered in order at `capacity` per second at most
         recs = [(i / rate, i / rate, lat + 1e3 * max(0.0, i / capacity - i / rate), 200) for i in range(int(rate * 2))]
-        return LoadResult("open", "http://x/", None, float(rate), 2.0, 0.0, recs,
-                          max(2.0, max(r[0] + r[2] / 1e3 for r in recs)))
+        return LoadResult(
+            "open", "http://x/", None, float(rate), 2.0, 0.0, recs, max(2.0, max(r[0] + r[2] / 1e3 for r in recs))
+        )
 
     s = bench.RateSweepResult(500.0, 0.01, 0.9, [run(20, 20, 30), run(40, 40, 60), run(80, 60, 400)])
     assert s.capacity_knee["offered_rps"] == 40  # at 80/s only 60/s came back: the queue grows
@@ -162,14 +171,17 @@ def test_capacity_knee_is_the_highest_rate_the_server_keeps_up_with():
     assert bench.RateSweepResult(10.0, 0.01, 0.9, s.results).capacity_knee is None
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"url": "127.0.0.1:8000/predict"}, "http"),
-    ({"url": "ftp://127.0.0.1/"}, "http"),
-    ({"payloads": {"text": "hi"}}, "list"),
-    ({"payloads": []}, "empty"),
-    ({"clients": 0}, "clients"),
-    ({"duration_s": 0}, "duration_s"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"url": "127.0.0.1:8000/predict"}, "http"),
+        ({"url": "ftp://127.0.0.1/"}, "http"),
+        ({"payloads": {"text": "hi"}}, "list"),
+        ({"payloads": []}, "empty"),
+        ({"clients": 0}, "clients"),
+        ({"duration_s": 0}, "duration_s"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, match):
     args = {"url": "http://127.0.0.1:9/", "payloads": [{}], "clients": 2, "duration_s": 1.0} | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
@@ -182,6 +194,7 @@ def test_open_loop_rejects_bad_rate():
 
 
 # --------------------------------------------------------------------------- against a real server
+
 
 def test_unreachable_url_fails_fast_with_a_clear_error():
     url = f"http://127.0.0.1:{_free_port()}/predict"
@@ -210,7 +223,7 @@ def test_a_closed_loop_stops_early_when_told_and_reports_the_span_it_ran(server)
     took = time.perf_counter() - t
     assert took < 10, f"the run went on for {took:.1f} s after its stop was set at 1 s"
     assert r.n > 10 and r.elapsed_s < 5, r
-    assert 40 < r.rps <= 105, r            # over the span it ran, not the 30 s it was planned for
+    assert 40 < r.rps <= 105, r  # over the span it ran, not the 30 s it was planned for
 
 
 def test_errors_are_counted_by_status(server):
@@ -227,7 +240,7 @@ def test_open_loop_sees_a_stall_that_a_closed_loop_hides(server):
     r_open = bench.open_loop(server(stall=stall), None, rate_rps=60, duration_s=3.0, warmup_s=0.5, seed=1)
     r_closed = bench.closed_loop(server(stall=stall, delay_s=0.01), None, clients=1, duration_s=3.0, warmup_s=0.5)
     assert r_open.rate_rps == 60 and 35 < r_open.n < 250  # Poisson: about 180 arrivals in 3 s
-    assert r_open.stats.p90_ms > 300, r_open   # ~1/3 of the arrivals landed in the stall
+    assert r_open.stats.p90_ms > 300, r_open  # ~1/3 of the arrivals landed in the stall
     assert r_closed.stats.p90_ms < 100, r_closed  # the closed loop hides it below p99
     assert r_open.stats.p99_ms > 3 * r_closed.stats.p99_ms
 
@@ -257,15 +270,16 @@ def test_a_ramped_rate_sweep_goes_on_until_the_server_falls_behind(server):
     rs = bench.rate_sweep(url, None, [30], slo_p99_ms=500, duration_s=1.2, warmup_s=0.3, ramp=5)
     pts = rs.points()
     assert not pts[-1]["keeps_up"] and all(p["keeps_up"] for p in pts[:-1]), pts
-    assert 3 <= len(pts) <= 5 and pts[-1]["offered_rps"] > 100          # 30, 45, 67.5, [101, 152]
+    assert 3 <= len(pts) <= 5 and pts[-1]["offered_rps"] > 100  # 30, 45, 67.5, [101, 152]
     assert rs.capacity_knee["offered_rps"] == pts[-2]["offered_rps"]
     with pytest.raises(ValueError, match="ramp"):
         bench.rate_sweep(url, None, [30], ramp=-1)
 
 
 def test_soak_detects_a_leak(server):
-    leaky = bench.soak(server(leak_kb=256, delay_s=0.005), None, duration_s=4.0, clients=2,
-                       sample_every_s=0.5, warmup_s=0.3)
+    leaky = bench.soak(
+        server(leak_kb=256, delay_s=0.005), None, duration_s=4.0, clients=2, sample_every_s=0.5, warmup_s=0.3
+    )
     assert leaky.verdict.startswith("memory grows"), leaky.summary()
     assert leaky.rss_slope_mb_per_min > 100  # ~100+ req/s x 256 KB retained per request
     assert len(leaky.samples) >= 7 and viz.soak_figure(leaky).data
@@ -280,24 +294,42 @@ def test_soak_needs_enough_samples():
 
 # --------------------------------------------------------------------------- the `ailab bench http` suite
 
+
 def test_http_suite_drives_any_endpoint(server):
     from ailab.suites import http
 
     url = server(delay_s=0.002)
-    out = http.run(quick=True, argv=[url, "--clients", "3", "--duration", "1", "--warmup", "0.2",
-                                     "--body", '{"text": "good film"}', "--json"])
+    out = http.run(
+        quick=True,
+        argv=[url, "--clients", "3", "--duration", "1", "--warmup", "0.2", "--body", '{"text": "good film"}', "--json"],
+    )
     assert out["mode"] == "closed" and out["clients"] == 3 and out["ok"] > 20 and out["device"]
-    out = http.run(argv=[url, "--rate", "40", "--duration", "1", "--warmup", "0.2",
-                         "--body", '[{"text": "a"}, {"text": "b"}]', "--body-list"])
+    out = http.run(
+        argv=[
+            url,
+            "--rate",
+            "40",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+            "--body",
+            '[{"text": "a"}, {"text": "b"}]',
+            "--body-list",
+        ]
+    )
     assert out["mode"] == "open" and out["rate_rps"] == 40 and out["error_rate"] == 0
     assert json.dumps(out)  # one flat JSON-able dict
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["http://127.0.0.1:{port}/x"], "cannot reach"),
-    (["http://127.0.0.1:{port}/x", "--body", "not-json"], "2"),  # argparse error: exit status 2
-    ([], "usage"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["http://127.0.0.1:{port}/x"], "cannot reach"),
+        (["http://127.0.0.1:{port}/x", "--body", "not-json"], "2"),  # argparse error: exit status 2
+        ([], "usage"),
+    ],
+)
 def test_http_suite_bad_input_exits_with_a_message(argv, match):
     from ailab.suites import http
 
@@ -335,9 +367,19 @@ def test_scale_suite_quick_on_the_real_server():
     from ailab.suites import scale
 
     out = scale.run(quick=True, argv=["--slo-ms", "2000"])
-    for key in ("ailab_rps", "ailab_p99_ms", "ray_rps", "ray_p99_ms", "ratio", "best_within_slo_clients", "load_generator",
-                "best_within_slo_rps",
-                "soak_rss_slope_mb_per_min", "soak_minutes", "device"):
+    for key in (
+        "ailab_rps",
+        "ailab_p99_ms",
+        "ray_rps",
+        "ray_p99_ms",
+        "ratio",
+        "best_within_slo_clients",
+        "load_generator",
+        "best_within_slo_rps",
+        "soak_rss_slope_mb_per_min",
+        "soak_minutes",
+        "device",
+    ):
         assert key in out, key
     assert out["ailab_rps"] > 1 and out["ailab_errors"] == {} and out["ray_rps"] is None
     assert out["best_within_slo_clients"] in (1, 8) and out["best_within_slo_rps"] > 0
@@ -347,6 +389,7 @@ def test_scale_suite_quick_on_the_real_server():
 
 # --------------------------------------------------------------------------- a soak's verdict needs data behind it
 
+
 def _soak_of(minutes: float, rss, p99, rss_limit=1.0, p99_limit=20.0):
     """A SoakResult over evenly spaced samples (no server: the verdict reads only the samples and the length)."""
     from types import SimpleNamespace
@@ -354,8 +397,10 @@ def _soak_of(minutes: float, rss, p99, rss_limit=1.0, p99_limit=20.0):
     from ailab.bench.soak import SoakResult
 
     t = np.linspace(0, minutes * 60, len(rss))
-    samples = [{"t_s": float(ti), "rss_mb": float(r), "p50_ms": 5.0, "p99_ms": float(p), "rps": 50.0}
-               for ti, r, p in zip(t, rss, p99)]
+    samples = [
+        {"t_s": float(ti), "rss_mb": float(r), "p50_ms": 5.0, "p99_ms": float(p), "rps": 50.0}
+        for ti, r, p in zip(t, rss, p99)
+    ]
     load = SimpleNamespace(duration_s=minutes * 60, rps=50.0, stats=SimpleNamespace(p99_ms=40.0))
     return SoakResult(load, samples, None, rss_limit, p99_limit)
 
@@ -364,19 +409,27 @@ def _noise(n, scale, seed=0):
     return np.random.default_rng(seed).normal(0, scale, n)
 
 
-@pytest.mark.parametrize("minutes, rss, p99, want, why", [
-    # the 1-minute soak that called a flat server leaky: 631.1 -> 632.6 MB is within one allocator step
-    (1.0, np.linspace(631.1, 632.6, 30), np.full(30, 40.0), "too short to tell", "allocator step"),
-    (10.0, 700 + _noise(30, 0.2), 40 + _noise(30, 1.0), "steady", "under the limit"),
-    (10.0, 700 + 2.0 * np.linspace(0, 10, 30) + _noise(30, 0.2), 40 + _noise(30, 1.0), "memory grows", "over"),
-    (0.2, 700 + 50 * np.linspace(0, 0.2, 30), np.full(30, 40.0), "memory grows", "over"),      # 10 MB in 12 s
-    (10.0, np.full(30, 700.0), 40 + 50 * np.linspace(0, 10, 30) + _noise(30, 2.0), "latency drifts", "over"),
-    (10.0, 700 + 3.0 * np.linspace(0, 10, 30), 40 + 50 * np.linspace(0, 10, 30), "memory grows, latency drifts",
-     "over"),
-    (0.5, 700 + _noise(30, 3.0), np.full(30, 40.0), "too short to tell", "not enough data"),   # noisy and short
-    (10.0, np.full(30, 700.0), 40 + _noise(30, 400.0), "too short to tell", "not enough data"),  # p99 all over
-    (10.0, [700.0, 700.0, 700.0], [40.0, 40.0, 40.0], "too short to tell", "not enough data"),  # no error bar
-])
+@pytest.mark.parametrize(
+    "minutes, rss, p99, want, why",
+    [
+        # the 1-minute soak that called a flat server leaky: 631.1 -> 632.6 MB is within one allocator step
+        (1.0, np.linspace(631.1, 632.6, 30), np.full(30, 40.0), "too short to tell", "allocator step"),
+        (10.0, 700 + _noise(30, 0.2), 40 + _noise(30, 1.0), "steady", "under the limit"),
+        (10.0, 700 + 2.0 * np.linspace(0, 10, 30) + _noise(30, 0.2), 40 + _noise(30, 1.0), "memory grows", "over"),
+        (0.2, 700 + 50 * np.linspace(0, 0.2, 30), np.full(30, 40.0), "memory grows", "over"),  # 10 MB in 12 s
+        (10.0, np.full(30, 700.0), 40 + 50 * np.linspace(0, 10, 30) + _noise(30, 2.0), "latency drifts", "over"),
+        (
+            10.0,
+            700 + 3.0 * np.linspace(0, 10, 30),
+            40 + 50 * np.linspace(0, 10, 30),
+            "memory grows, latency drifts",
+            "over",
+        ),
+        (0.5, 700 + _noise(30, 3.0), np.full(30, 40.0), "too short to tell", "not enough data"),  # noisy and short
+        (10.0, np.full(30, 700.0), 40 + _noise(30, 400.0), "too short to tell", "not enough data"),  # p99 all over
+        (10.0, [700.0, 700.0, 700.0], [40.0, 40.0, 40.0], "too short to tell", "not enough data"),  # no error bar
+    ],
+)
 def test_a_soak_verdict_needs_data_behind_it(minutes, rss, p99, want, why):
     sk = _soak_of(minutes, rss, p99)
     assert sk.verdict == want, (sk.verdict, sk.verdict_reason)

@@ -4,6 +4,7 @@ A server closes a keep-alive connection that sat idle past its timeout (uvicorn:
 that then writes its next request on it sees "closed" and must not count that as the server's failure:
 the capstone's open loop once reported 18 % errors from exactly this, on a healthy server.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ def _start_uvicorn(keep_alive_s: float, delay_s: float = 0.0):
     async def app(scope, receive, send):
         if scope["type"] != "http":
             return
-        peers.add(tuple(scope["client"]))        # one client port per TCP connection
+        peers.add(tuple(scope["client"]))  # one client port per TCP connection
         while (await receive()).get("more_body"):
             pass
         if delay_s:
@@ -32,8 +33,9 @@ def _start_uvicorn(keep_alive_s: float, delay_s: float = 0.0):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", timeout_keep_alive=keep_alive_s,
-                            lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="error", timeout_keep_alive=keep_alive_s, lifespan="off"
+    )
     server = uvicorn.Server(config)
     threading.Thread(target=server.run, daemon=True).start()
     t_end = time.monotonic() + 10
@@ -65,7 +67,7 @@ def test_a_connection_the_server_closed_while_idle_is_reopened_not_failed(keepal
     async def two_sends():
         try:
             first = await conn.send(0)
-            await asyncio.sleep(1.0)           # well past the server's keep-alive timeout
+            await asyncio.sleep(1.0)  # well past the server's keep-alive timeout
             return first, await conn.send(0)
         finally:
             conn.close()
@@ -88,11 +90,11 @@ def test_a_server_that_hangs_up_without_answering_is_reported_closed_after_one_r
 
     async def handle(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
-        if not answered:                       # the very first request is answered; none after it
+        if not answered:  # the very first request is answered; none after it
             answered.append(1)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
             await writer.drain()
-            await reader.readuntil(b"\r\n\r\n")   # the next request on it: hang up without an answer
+            await reader.readuntil(b"\r\n\r\n")  # the next request on it: hang up without an answer
         writer.close()
 
     async def main():
@@ -109,4 +111,4 @@ def test_a_server_that_hangs_up_without_answering_is_reported_closed_after_one_r
 
     first, second, opened = asyncio.run(main())
     assert (first, second) == (200, "closed")
-    assert opened == 2          # one reopen for the reused connection, then the failure is the answer
+    assert opened == 2  # one reopen for the reused connection, then the failure is the answer

@@ -1,6 +1,7 @@
 """The LLM load generator (ailab.bench.llm) and the generation-serve suite's parts: the figures vllm bench serve
 reports, by its definitions; the byte-level tokenizer vLLM's client needs; the trace; and no growth: a finished
 generation request leaves the server (object counts, and the RSS slope of a soak by the soak tool)."""
+
 from __future__ import annotations
 
 import gc
@@ -85,7 +86,7 @@ def test_a_finished_request_leaves_the_server(served):
     """The leak the issue measured (Scheduler.finished kept every request, ~3.3 KB each): after 300 requests the
     server holds no more generation requests than before."""
     url, engine = served
-    serve_bench(url, "g", make_trace(20, 16, 4), max_concurrency=4)       # warm
+    serve_bench(url, "g", make_trace(20, 16, 4), max_concurrency=4)  # warm
     before = (_live(Request), _live(GenerationStream))
     serve_bench(url, "g", make_trace(300, 16, 4), max_concurrency=8)
     assert (_live(Request), _live(GenerationStream)) == before
@@ -99,10 +100,19 @@ def test_a_generation_soak_is_flat():
     from ailab.services import start_ailab_server
 
     with start_ailab_server(["--generate", "1m"]) as server:
-        payloads = [{"model": "ailab-gpt-1m", "prompt": p, "max_tokens": n, "temperature": 0}
-                    for p, n in make_trace(64, 24, 2)]
-        sk = bench.soak(server.url + "/v1/completions", payloads, duration_s=16.0, clients=8, pid=server.pid,
-                        sample_every_s=0.5, warmup_s=4.0, progress=False)
+        payloads = [
+            {"model": "ailab-gpt-1m", "prompt": p, "max_tokens": n, "temperature": 0} for p, n in make_trace(64, 24, 2)
+        ]
+        sk = bench.soak(
+            server.url + "/v1/completions",
+            payloads,
+            duration_s=16.0,
+            clients=8,
+            pid=server.pid,
+            sample_every_s=0.5,
+            warmup_s=4.0,
+            progress=False,
+        )
     per_1000 = sk.rss_slope_mb_per_min / (sk.load.rps * 60) * 1000
     assert sk.load.n_ok >= 1000 and sk.load.n_ok == sk.load.n, (sk.load.n_ok, sk.load.n)
     assert per_1000 < 1.0, (per_1000, sk.samples)

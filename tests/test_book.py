@@ -1,4 +1,5 @@
 """book.yml is the course map: it and the disk must agree, and it must be usable by Jupyter Book."""
+
 import os
 from pathlib import Path, PurePosixPath
 
@@ -16,7 +17,14 @@ def test_book_matches_disk():
 
 def test_every_chapter_declares_goals_minutes_gpu_topics():
     b = bk.load_book(ROOT / "book.yml")
-    assert [p["id"] for p in b["parts"]] == ["orientation", "hardware", "engine", "serving", "application", "generation"]
+    assert [p["id"] for p in b["parts"]] == [
+        "orientation",
+        "hardware",
+        "engine",
+        "serving",
+        "application",
+        "generation",
+    ]
     for _, ch in bk.chapters(b):
         assert 1 <= len(ch["goals"]) <= 3 and ch["minutes"] > 0 and isinstance(ch["gpu"], bool)
         assert ch["topics"] and set(ch["topics"]) <= set(bk.TOPICS)
@@ -30,8 +38,16 @@ def test_the_topics_are_defined_one_line_each():
 
 def _texts():
     """Every file of the course whose words a reader sees: modules, notebooks, labs' sources, docs, the map."""
-    for pattern in ("ailab/**/*.py", "notebooks/**/*.ipynb", "solutions/**/*.ipynb", "tests/*.py", "scripts/*",
-                    "*.md", "book.yml", "monitoring/*"):
+    for pattern in (
+        "ailab/**/*.py",
+        "notebooks/**/*.ipynb",
+        "solutions/**/*.ipynb",
+        "tests/*.py",
+        "scripts/*",
+        "*.md",
+        "book.yml",
+        "monitoring/*",
+    ):
         for path in sorted(ROOT.glob(pattern)):
             if path.is_file() and path.name != "test_book.py":
                 yield path, path.read_text(encoding="utf-8", errors="replace")
@@ -44,13 +60,19 @@ def test_every_topic_cited_is_defined():
             cited.setdefault(tid, []).append(path.relative_to(ROOT).as_posix())
     undefined = {tid: where for tid, where in cited.items() if tid not in defined}
     assert not undefined, f"topic IDs cited but not defined in book.yml's 'topics': {undefined}"
-    assert len(cited) >= 25, f"the citations were not found (only {sorted(cited)}): has the way they are written changed?"
+    assert len(cited) >= 25, (
+        f"the citations were not found (only {sorted(cited)}): has the way they are written changed?"
+    )
 
 
 def test_citations_are_read_with_their_ranges():
     assert bk.cited_topics("(topics S3-S11)") == {f"S{i}" for i in range(3, 12)}
-    assert bk.cited_topics("a module (topic H1: where the bytes go), another (topics E1, E2 and A7)") == \
-        {"H1", "E1", "E2", "A7"}
+    assert bk.cited_topics("a module (topic H1: where the bytes go), another (topics E1, E2 and A7)") == {
+        "H1",
+        "E1",
+        "E2",
+        "A7",
+    }
     assert bk.cited_topics("topics: [H3, S2]") == set() and bk.cited_topics("topic Z9") == {"Z9"}
 
 
@@ -120,11 +142,18 @@ def test_the_book_serves_plotly_itself_and_figures_render_as_html_for_it(tmp_pat
     assert sphinx["html_js_files"] == ["plotly.min.js"] and (src / "_static" / "plotly.min.js").stat().st_size > 1e6
     # code lines longer than the book's column wrap rather than being cut
     assert sphinx["html_css_files"] == ["ailab.css"] and "pre-wrap" in (src / "_static" / "ailab.css").read_text()
-    code = ("import ailab, plotly.io as pio, plotly.graph_objects as go; "
-            "b = pio.renderers[pio.renderers.default].to_mimebundle(go.Figure(go.Bar(y=[1, 2])).to_dict()); "
-            "print(sorted(b), 'Plotly.newPlot' in b['text/html'], 'http' in b['text/html'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "AILAB_STATIC": "1"}).stdout.strip()
+    code = (
+        "import ailab, plotly.io as pio, plotly.graph_objects as go; "
+        "b = pio.renderers[pio.renderers.default].to_mimebundle(go.Figure(go.Bar(y=[1, 2])).to_dict()); "
+        "print(sorted(b), 'Plotly.newPlot' in b['text/html'], 'http' in b['text/html'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "AILAB_STATIC": "1"},
+    ).stdout.strip()
     assert out == "['text/html'] True False", out
 
 
@@ -154,13 +183,13 @@ def test_every_chapter_page_opens_with_a_header_from_the_map(tmp_path):
                 assert f"ailab labs check {ch[key]}" in header.source
     config = yaml.safe_load((src / "_config.yml").read_text())["execute"]
     assert config["execute_notebooks"] == "cache"
-    for _, ch in bk.chapters(b):   # myst-nb matches each pattern against the absolute path, from the right
+    for _, ch in bk.chapters(b):  # myst-nb matches each pattern against the absolute path, from the right
         for key, excluded in (("notebook", False), ("lab", True), ("exercise", True)):
             if ch.get(key):
                 path = PurePosixPath((src / ch[key]).as_posix())
                 assert any(path.match(p) for p in config["exclude_patterns"]) == excluded, path
     assert (src / "monitoring" / "alerts.yml").is_file() and (src / "book.yml").is_file()  # what notebooks read
-    assert bk.validate(bk.load_book(src / "book.yml"), src) == []   # the tour checks the map where it runs
+    assert bk.validate(bk.load_book(src / "book.yml"), src) == []  # the tour checks the map where it runs
 
 
 def test_every_chapter_has_a_lab_or_an_exercise():

@@ -36,6 +36,6 @@ def test_bench_help_lists_suites_and_shows_a_suites_own_options(capsys):
     assert main(["bench", "http", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--clients" in out and "--rate" in out and "--body" in out  # the suite's own options
-    assert main(["bench", "memory", "--help"]) == 0                      # prints, never runs the benchmark
+    assert main(["bench", "memory", "--help"]) == 0  # prints, never runs the benchmark
     assert "no options of its own" in capsys.readouterr().out
     assert main(["bench"]) == 2 and "name a benchmark suite" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """ailab.drift: a fixed reference set catches an injected normalisation change; noise below threshold does not alert."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """ailab.engine: runners agree with PyTorch, export keeps axes dynamic, bad input gets a clear error."""
+
 import numpy as np
 import pytest
 import torch
@@ -56,8 +57,13 @@ def test_export_is_dynamic_and_matches_torch(mlp_export):
 def test_text_model_has_dynamic_batch_and_sequence(tiny, tiny_export):
     clf, res = tiny_export
     assert res.dynamic_axes["input_ids"] == {0: "batch", 1: "seq"}
-    onnx_runner, torch_runner = engine.OnnxRunner(res.path), engine.TorchRunner(clf, engine.text_input_spec(), device="cpu")
-    batch = {k: v.numpy() for k, v in tiny.tokenize(["one", "two words", "a somewhat longer third sentence"], 32).items()}
+    onnx_runner, torch_runner = (
+        engine.OnnxRunner(res.path),
+        engine.TorchRunner(clf, engine.text_input_spec(), device="cpu"),
+    )
+    batch = {
+        k: v.numpy() for k, v in tiny.tokenize(["one", "two words", "a somewhat longer third sentence"], 32).items()
+    }
     np.testing.assert_allclose(onnx_runner.run(batch), torch_runner.run(batch), atol=1e-4)
 
 
@@ -118,7 +124,9 @@ def test_runner_wrong_shape_and_names(mlp_export, tiny_export):
     t = engine.OnnxRunner(tres.path)
     with pytest.raises(ValueError, match="must agree"):
         t.run({"input_ids": np.ones((2, 5), np.int64), "attention_mask": np.ones((3, 5), np.int64)})
-    tr = engine.TorchRunner(nn.Linear(4, 2), [engine.InputSpec("input", np.dtype("float32"), ("batch", 4))], device="cpu")
+    tr = engine.TorchRunner(
+        nn.Linear(4, 2), [engine.InputSpec("input", np.dtype("float32"), ("batch", 4))], device="cpu"
+    )
     with pytest.raises(TypeError, match="int64 but float32"):
         tr.run({"input": torch.zeros(2, 4, dtype=torch.long)})
 
@@ -206,19 +214,38 @@ def test_bench_engine_quick_has_every_figure():
     out = suite.run(quick=True, argv=["--variants", ",".join(names)])
     assert [r["variant"] for r in out["variants"]] == names
     for name in names:
-        for key in ("ms_b1", "ms_b32", "accuracy", "drop_points", "gate_passed", "build_s", "speedup_b32", "gflops_b32",
-                    "fraction_of_matmul_peak"):
+        for key in (
+            "ms_b1",
+            "ms_b32",
+            "accuracy",
+            "drop_points",
+            "gate_passed",
+            "build_s",
+            "speedup_b32",
+            "gflops_b32",
+            "fraction_of_matmul_peak",
+        ):
             assert f"{name}_{key}" in out, (name, key)
     assert out["torch_eager_speedup_b32"] == 1.0 and out["torch_eager_drop_points"] == 0
     assert out["auto_choice"] in variants.AUTO_CANDIDATES and out[f"{out['auto_choice']}_gate_passed"]
     assert out["goal_met"] == (out["auto_speedup_vs_torch_eager_b32"] >= 2.0)
     assert out["fusion"]["fused"]["Attention"] == 6 and out["fusion"]["nodes_after"] < out["fusion"]["nodes_before"]
     assert 40 < out["gflop_per_batch32"] < 50 and out["matmul_peak_gflops"] > 0 and out["onnx_matmul_peak_gflops"] > 0
-    for key in ("int8_speedup_vs_torch_fp32_b32", "int8_speedup_vs_ort_fp32_b32", "fp32_accuracy", "int8_accuracy",
-                "int8_accuracy_drop_points", "int8_prediction_agreement", "size_ratio_fp32_over_int8", "device", "threads"):
+    for key in (
+        "int8_speedup_vs_torch_fp32_b32",
+        "int8_speedup_vs_ort_fp32_b32",
+        "fp32_accuracy",
+        "int8_accuracy",
+        "int8_accuracy_drop_points",
+        "int8_prediction_agreement",
+        "size_ratio_fp32_over_int8",
+        "device",
+        "threads",
+    ):
         assert key in out, key
-    assert out["int8_speedup_vs_ort_fp32_b32"] == pytest.approx(out["ort_plain_ms_b32"] / out["ort_int8_dynamic_ms_b32"],
-                                                                rel=0.01)
+    assert out["int8_speedup_vs_ort_fp32_b32"] == pytest.approx(
+        out["ort_plain_ms_b32"] / out["ort_int8_dynamic_ms_b32"], rel=0.01
+    )
     assert out["size_ratio_fp32_over_int8"] > 3.5  # INT8 weights: a measured fact, not a timing
     assert 0.6 < out["fp32_accuracy"] < 0.9 and out["provider"] == "CPUExecutionProvider"
     import json
@@ -259,6 +286,6 @@ def test_a_slow_tokenizer_classifies_and_reports_truncation_like_a_fast_one(tiny
     fast = engine.TextClassifierRunner(runner, tiny.tokenizer, max_length=16)
     slow = engine.TextClassifierRunner(runner, engine.slow_tokenizer(), max_length=16)
     assert fast.encode(texts)[1] == slow.encode(texts)[1] == [False, True, False]
-    exactly = " ".join(["word"] * 14)          # 14 word pieces + [CLS] + [SEP] = 16: full, not cut
+    exactly = " ".join(["word"] * 14)  # 14 word pieces + [CLS] + [SEP] = 16: full, not cut
     assert slow.encode([exactly])[1] == fast.encode([exactly])[1] == [False]
     assert slow.predict(texts).kept == [0, 1, 2] and slow.predict(texts, drop_truncated=True).kept == [0, 2]

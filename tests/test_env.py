@@ -1,4 +1,5 @@
 """pyproject.toml and environment.yml pin the same versions; notebooks are stored clean."""
+
 import json
 import tomllib
 from pathlib import Path
@@ -20,12 +21,15 @@ def test_a_changed_pin_is_reported(tmp_path):
     env = (ROOT / "environment.yml").read_text().replace("numpy==2.4.6", "numpy==2.4.5")
     (tmp_path / "environment.yml").write_text(env)
     assert conda_mirror_diff(ROOT / "pyproject.toml", tmp_path / "environment.yml") == {
-        "numpy": ("numpy==2.4.6", "numpy==2.4.5")}
+        "numpy": ("numpy==2.4.6", "numpy==2.4.5")
+    }
 
 
 def test_installed_versions_equal_the_pins():
     assert pin_drift() == []
-    assert pin_drift(["numpy==1.0.0"]) == [{"package": "numpy", "pinned": "1.0.0", "installed": pin_drift.__globals__["_version"]("numpy")}]
+    assert pin_drift(["numpy==1.0.0"]) == [
+        {"package": "numpy", "pinned": "1.0.0", "installed": pin_drift.__globals__["_version"]("numpy")}
+    ]
 
 
 def test_pins_come_from_pyproject_where_ailab_is_not_installed(monkeypatch):

@@ -15,6 +15,7 @@ Each wrong answer is one class of mistake (counting samples instead of seconds, 
 threshold or `>` at for_s, NaN treated as holding or skipped, a latched alert, a constant threshold, the clock
 started at the wrong sample); each is rejected with the message that names it.
 """
+
 import math
 
 import pytest
@@ -180,8 +181,13 @@ def stub(*a, **k):
     raise NotImplementedError("alert_states() is not implemented yet")
 
 
-CHECKS = [L.check_pending_then_firing, L.check_boundaries, L.check_reset_and_nan, L.check_uneven_spacing,
-          L.check_random_series]
+CHECKS = [
+    L.check_pending_then_firing,
+    L.check_boundaries,
+    L.check_reset_and_nan,
+    L.check_uneven_spacing,
+    L.check_random_series,
+]
 
 
 def test_right_answer_passes():
@@ -194,31 +200,75 @@ def test_the_reference_is_the_course_evaluator():
     assert L.reference(series, 200.0, 2.0) == alert_states(series, 200.0, 2.0)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_uneven_spacing, count_samples, r"samples 0.5 s, 0.2 s, 0.3 s.*sample 3 .*should be 'pending', got 'firing'.*measure how long the condition has held from the timestamps"),
-    (L.check_reset_and_nan, no_reset, r"one sample below the threshold at t=3.*sample 4 .*should be 'pending', got 'firing'.*clock starts again"),
-    (L.check_boundaries, at_threshold_holds, r"a value exactly at the threshold.*should be 'inactive', got 'pending'"),
-    (L.check_boundaries, strictly_longer, r"held for exactly for_s = 5 s.*should be 'firing', got 'pending'.*AT LEAST"),
-    (L.check_reset_and_nan, nan_holds, r"a NaN sample.*it never holds"),
-    (L.check_reset_and_nan, nan_skipped, r"a NaN sample.*should be 'inactive', got 'pending'"),
-    (L.check_reset_and_nan, latched, r"one sample below the threshold at t=3.*sample 3 .*should be 'inactive', got 'firing'"),
-    (L.check_boundaries, fixed_threshold, r"error rate against threshold 0.01.*use the threshold argument"),
-    (L.check_pending_then_firing, clock_from_series_start, r"p99 above 200 from t=1 s.*sample 3 .*should be 'pending', got 'firing'"),
-    (L.check_pending_then_firing, clock_from_previous_sample, r"sample 3 .*should be 'pending', got 'firing'"),
-    (L.check_pending_then_firing, capitalised, r"every state is one of \['inactive', 'pending', 'firing'\]; got 'INACTIVE'"),
-    (L.check_pending_then_firing, drops_empty, "should return a list of str; got NoneType"),
-    (L.check_boundaries, zero_for_never_pending_bug, r"for_s = 0.*should be 'firing', got 'pending'"),
-    (L.check_random_series, count_samples, r"random series #\d+"),
-    (L.check_random_series, nan_skipped, r"random series #\d+"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            L.check_uneven_spacing,
+            count_samples,
+            r"samples 0.5 s, 0.2 s, 0.3 s.*sample 3 .*should be 'pending', got 'firing'.*measure how long the condition has held from the timestamps",
+        ),
+        (
+            L.check_reset_and_nan,
+            no_reset,
+            r"one sample below the threshold at t=3.*sample 4 .*should be 'pending', got 'firing'.*clock starts again",
+        ),
+        (
+            L.check_boundaries,
+            at_threshold_holds,
+            r"a value exactly at the threshold.*should be 'inactive', got 'pending'",
+        ),
+        (
+            L.check_boundaries,
+            strictly_longer,
+            r"held for exactly for_s = 5 s.*should be 'firing', got 'pending'.*AT LEAST",
+        ),
+        (L.check_reset_and_nan, nan_holds, r"a NaN sample.*it never holds"),
+        (L.check_reset_and_nan, nan_skipped, r"a NaN sample.*should be 'inactive', got 'pending'"),
+        (
+            L.check_reset_and_nan,
+            latched,
+            r"one sample below the threshold at t=3.*sample 3 .*should be 'inactive', got 'firing'",
+        ),
+        (L.check_boundaries, fixed_threshold, r"error rate against threshold 0.01.*use the threshold argument"),
+        (
+            L.check_pending_then_firing,
+            clock_from_series_start,
+            r"p99 above 200 from t=1 s.*sample 3 .*should be 'pending', got 'firing'",
+        ),
+        (L.check_pending_then_firing, clock_from_previous_sample, r"sample 3 .*should be 'pending', got 'firing'"),
+        (
+            L.check_pending_then_firing,
+            capitalised,
+            r"every state is one of \['inactive', 'pending', 'firing'\]; got 'INACTIVE'",
+        ),
+        (L.check_pending_then_firing, drops_empty, "should return a list of str; got NoneType"),
+        (L.check_boundaries, zero_for_never_pending_bug, r"for_s = 0.*should be 'firing', got 'pending'"),
+        (L.check_random_series, count_samples, r"random series #\d+"),
+        (L.check_random_series, nan_skipped, r"random series #\d+"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
 
 
-@pytest.mark.parametrize("wrong", [count_samples, no_reset, at_threshold_holds, strictly_longer, nan_holds,
-                                   nan_skipped, latched, fixed_threshold, clock_from_series_start,
-                                   clock_from_previous_sample, zero_for_never_pending_bug])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        count_samples,
+        no_reset,
+        at_threshold_holds,
+        strictly_longer,
+        nan_holds,
+        nan_skipped,
+        latched,
+        fixed_threshold,
+        clock_from_series_start,
+        clock_from_previous_sample,
+        zero_for_never_pending_bug,
+    ],
+)
 def test_random_series_catch_every_wrong_answer(wrong):
     with pytest.raises(LabCheckFailed):
         L.check_random_series(wrong)

@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (the largest batch taken as the best, 
 per-item times, throughput for per-item time, the larger batch on a tie, the first key as the baseline, a
 ceiling below 1, a KeyError for a missing batch 1, a ceiling taken from another size, ...).
 """
+
 import pytest
 
 from ailab.labs import LabCheckFailed
@@ -60,8 +61,11 @@ def batch_times(batch_ms):
     """Ranks and divides whole-batch times."""
     _need1(batch_ms)
     best = min(sorted(batch_ms), key=batch_ms.get)
-    return {"per_item_ms": {b: ms / b for b, ms in batch_ms.items()}, "ceiling": batch_ms[1] / batch_ms[best],
-            "best_batch": best}
+    return {
+        "per_item_ms": {b: ms / b for b, ms in batch_ms.items()},
+        "ceiling": batch_ms[1] / batch_ms[best],
+        "best_batch": best,
+    }
 
 
 def throughput(batch_ms):
@@ -149,20 +153,23 @@ def test_right_answers_pass():
         E.check_needs_batch_1(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (E.check_per_item, throughput, r"should be \{1: 4.0, 8: 1.5, 32: 1.25\}"),
-    (E.check_per_item, fixed_sizes, "one entry per batch size of the input"),
-    (E.check_per_item, per_item_by_position, r"should be \{1: 4.0, 8: 1.5, 32: 1.25\}"),
-    (E.check_ceiling_and_best, largest_batch, "best_batch should be 8 .the lowest per-item time, not the largest"),
-    (E.check_ceiling_and_best, batch_times, "best_batch should be 8"),
-    (E.check_ceiling_and_best, tie_larger, "best_batch should be the smaller, 8"),
-    (E.check_ceiling_and_best, tie_dict_order, "best_batch should be the smaller, 8"),
-    (E.check_ceiling_and_best, best_excludes_1, "nothing beats batch 1"),
-    (E.check_ceiling_and_best, first_key_baseline, "the baseline is batch 1"),
-    (E.check_ceiling_and_best, inverted, "ceiling should be 10 / 3"),
-    (E.check_needs_batch_1, key_error, "raise ValueError saying so; your code raised KeyError"),
-    (E.check_needs_batch_1, smallest_as_baseline, "has no batch 1: .*raise ValueError saying so; it returned"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (E.check_per_item, throughput, r"should be \{1: 4.0, 8: 1.5, 32: 1.25\}"),
+        (E.check_per_item, fixed_sizes, "one entry per batch size of the input"),
+        (E.check_per_item, per_item_by_position, r"should be \{1: 4.0, 8: 1.5, 32: 1.25\}"),
+        (E.check_ceiling_and_best, largest_batch, "best_batch should be 8 .the lowest per-item time, not the largest"),
+        (E.check_ceiling_and_best, batch_times, "best_batch should be 8"),
+        (E.check_ceiling_and_best, tie_larger, "best_batch should be the smaller, 8"),
+        (E.check_ceiling_and_best, tie_dict_order, "best_batch should be the smaller, 8"),
+        (E.check_ceiling_and_best, best_excludes_1, "nothing beats batch 1"),
+        (E.check_ceiling_and_best, first_key_baseline, "the baseline is batch 1"),
+        (E.check_ceiling_and_best, inverted, "ceiling should be 10 / 3"),
+        (E.check_needs_batch_1, key_error, "raise ValueError saying so; your code raised KeyError"),
+        (E.check_needs_batch_1, smallest_as_baseline, "has no batch 1: .*raise ValueError saying so; it returned"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

@@ -24,6 +24,7 @@ padding_waste(batches, lengths) -> float
 Each wrong answer is one class of mistake (floor instead of ceil, a bucket's batches before the leader's,
 a constant instead of the argument, padding to the global longest, a mean of per-batch shares, ...).
 """
+
 import math
 
 import pytest
@@ -82,14 +83,14 @@ def bucket_by_bucket(lengths, width, max_batch):
     groups = {}
     for i, n in enumerate(lengths):
         groups.setdefault(math.ceil(n / width), []).append(i)
-    return [g[k:k + max_batch] for g in groups.values() for k in range(0, len(g), max_batch)]
+    return [g[k : k + max_batch] for g in groups.values() for k in range(0, len(g), max_batch)]
 
 
 def sorted_by_bucket(lengths, width, max_batch):
     groups = {}
     for i, n in enumerate(lengths):
         groups.setdefault(math.ceil(n / width), []).append(i)
-    return [groups[b][k:k + max_batch] for b in sorted(groups) for k in range(0, len(groups[b]), max_batch)]
+    return [groups[b][k : k + max_batch] for b in sorted(groups) for k in range(0, len(groups[b]), max_batch)]
 
 
 def no_max_batch(lengths, width, max_batch):
@@ -103,7 +104,7 @@ def fixed_width(lengths, width, max_batch):
 def sorts_by_length(lengths, width, max_batch):
     """Sorts by length and cuts into chunks: not FIFO, and ignores the buckets."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[k:k + max_batch] for k in range(0, len(order), max_batch)]
+    return [order[k : k + max_batch] for k in range(0, len(order), max_batch)]
 
 
 def lifo_in_bucket(lengths, width, max_batch):
@@ -169,23 +170,34 @@ def test_right_answers_pass():
     L.check_waste(padding_waste)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_buckets, floor_bucket, r"a batch mixes buckets.*\[16, 17, 30\].*lengths 1..16 share one"),
-    (L.check_buckets, sorts_by_length, "a batch mixes buckets"),
-    (L.check_order_and_size, bucket_by_bucket, r"the oldest waiting request leads each batch.*got \[\[0, 2, 5\], \[7\]"),
-    (L.check_order_and_size, sorted_by_bucket, "the oldest waiting request leads each batch"),
-    (L.check_order_and_size, no_max_batch, "max_batch=3 but a batch holds more"),
-    (L.check_order_and_size, lifo_in_bucket, "keep their arrival order"),
-    (L.check_arguments_and_edges, fixed_width, r"width=5, max_batch=8: the batches should be.*the width you are given"),
-    (L.check_arguments_and_edges, sorts_in_place, "changed the lengths it was given"),
-    (L.check_waste, global_max_waste, r"2 of 11 slots are padding, 0.1818; got 0.2500"),
-    (L.check_waste, mean_of_ratios, r"0.1818; got 0.1250.*don't average per-batch shares"),
-    (L.check_waste, over_real_tokens, r"0.1818; got 0.2222.*not real tokens"),
-    (L.check_waste, efficiency, r"0.1818; got 0.8182"),
-    (L.check_waste, all_lengths_real, "request 1 is in no batch"),
-    (L.check_waste, percent, "not a percentage"),
-    (L.check_waste, no_empty_guard, "no batches.*ZeroDivisionError"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_buckets, floor_bucket, r"a batch mixes buckets.*\[16, 17, 30\].*lengths 1..16 share one"),
+        (L.check_buckets, sorts_by_length, "a batch mixes buckets"),
+        (
+            L.check_order_and_size,
+            bucket_by_bucket,
+            r"the oldest waiting request leads each batch.*got \[\[0, 2, 5\], \[7\]",
+        ),
+        (L.check_order_and_size, sorted_by_bucket, "the oldest waiting request leads each batch"),
+        (L.check_order_and_size, no_max_batch, "max_batch=3 but a batch holds more"),
+        (L.check_order_and_size, lifo_in_bucket, "keep their arrival order"),
+        (
+            L.check_arguments_and_edges,
+            fixed_width,
+            r"width=5, max_batch=8: the batches should be.*the width you are given",
+        ),
+        (L.check_arguments_and_edges, sorts_in_place, "changed the lengths it was given"),
+        (L.check_waste, global_max_waste, r"2 of 11 slots are padding, 0.1818; got 0.2500"),
+        (L.check_waste, mean_of_ratios, r"0.1818; got 0.1250.*don't average per-batch shares"),
+        (L.check_waste, over_real_tokens, r"0.1818; got 0.2222.*not real tokens"),
+        (L.check_waste, efficiency, r"0.1818; got 0.8182"),
+        (L.check_waste, all_lengths_real, "request 1 is in no batch"),
+        (L.check_waste, percent, "not a percentage"),
+        (L.check_waste, no_empty_guard, "no batches.*ZeroDivisionError"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -193,8 +205,9 @@ def test_wrong_answers_fail(chk, wrong, message):
 
 def test_bucketing_check_fails_without_buckets():
     with pytest.raises(LabCheckFailed, match="should cut it to under half"):
-        L.check_bucketing_pays(lambda lengths, width, max_batch: bucket_batches(lengths, 10_000, max_batch),
-                               padding_waste)
+        L.check_bucketing_pays(
+            lambda lengths, width, max_batch: bucket_batches(lengths, 10_000, max_batch), padding_waste
+        )
     with pytest.raises(LabCheckFailed, match="without buckets the padding share should be"):
         L.check_bucketing_pays(bucket_batches, mean_of_ratios)
 

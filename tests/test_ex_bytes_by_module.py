@@ -17,6 +17,7 @@ duplicates kept; per-child sums that double-count shared modules and miss the mo
 the tensor's name instead of its module's; `depth` ignored; a float result); each is rejected with the message
 that names it.
 """
+
 from collections import defaultdict
 
 import pytest
@@ -80,14 +81,17 @@ def keeps_duplicates(model, depth=1):
 
 def per_child(model, depth=1):
     """Sums each child's tensors: a shared module counts twice, the model's own tensors not at all, depth ignored."""
-    return {name: sum(t.numel() * t.element_size() for t in list(child.parameters()) + list(child.buffers()))
-            for name, child in model.named_children()}
+    return {
+        name: sum(t.numel() * t.element_size() for t in list(child.parameters()) + list(child.buffers()))
+        for name, child in model.named_children()
+    }
 
 
 def from_tensor_name(model, depth=1):
     """Cuts the tensor's full name instead of its module's path."""
-    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth,
-                 key=lambda n, d: ".".join(n.split(".")[:d]))
+    return _from(
+        list(model.named_parameters()) + list(model.named_buffers()), depth, key=lambda n, d: ".".join(n.split(".")[:d])
+    )
 
 
 def ignores_depth(model, depth=1):
@@ -127,20 +131,27 @@ def test_the_models_hold_what_the_checks_say():
     assert sum(from_state_dict(L.tied()).values()) > sum(L.TIED.values())  # the trap is real
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_bytes_and_buffers, from_state_dict, r"group 'embeddings' should hold 3328 bytes; got 3200.*not persistent"),
-    (L.check_tied, from_state_dict, r"group 'lm_head' should hold 200 bytes; got 1400.*weight tying"),
-    (L.check_bytes_and_buffers, parameters_only, r"group 'embeddings' should hold 3328 bytes; got 3200"),
-    (L.check_bytes_and_buffers, four_bytes_each, r"group 'embeddings' should hold 3328 bytes; got 3264.*int64"),
-    (L.check_bytes_and_buffers, counts_elements, r"group 'embeddings' should hold 3328 bytes; got 816"),
-    (L.check_tied, keeps_duplicates, r"group 'lm_head' should hold 200 bytes; got 1400"),
-    (L.check_tied, per_child, r"group 'lm_head' should hold 200 bytes; got 1400.*weight tying"),
-    (L.check_depth, per_child, r"group '' \(tensors held by the model itself\) is missing"),
-    (L.check_depth, from_tensor_name, r"group '' .* is missing.*\['encoder', 'head', 'scale'\].*module path is ''"),
-    (L.check_depth, ignores_depth, r"depth=2: group 'encoder.layer' is missing"),
-    (L.check_bytes_and_buffers, float_values, r"a count of bytes is an int"),
-    (L.check_tied, last_name_wins, r"group 'embeddings' is missing.*the first name the model lists it under"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            L.check_bytes_and_buffers,
+            from_state_dict,
+            r"group 'embeddings' should hold 3328 bytes; got 3200.*not persistent",
+        ),
+        (L.check_tied, from_state_dict, r"group 'lm_head' should hold 200 bytes; got 1400.*weight tying"),
+        (L.check_bytes_and_buffers, parameters_only, r"group 'embeddings' should hold 3328 bytes; got 3200"),
+        (L.check_bytes_and_buffers, four_bytes_each, r"group 'embeddings' should hold 3328 bytes; got 3264.*int64"),
+        (L.check_bytes_and_buffers, counts_elements, r"group 'embeddings' should hold 3328 bytes; got 816"),
+        (L.check_tied, keeps_duplicates, r"group 'lm_head' should hold 200 bytes; got 1400"),
+        (L.check_tied, per_child, r"group 'lm_head' should hold 200 bytes; got 1400.*weight tying"),
+        (L.check_depth, per_child, r"group '' \(tensors held by the model itself\) is missing"),
+        (L.check_depth, from_tensor_name, r"group '' .* is missing.*\['encoder', 'head', 'scale'\].*module path is ''"),
+        (L.check_depth, ignores_depth, r"depth=2: group 'encoder.layer' is missing"),
+        (L.check_bytes_and_buffers, float_values, r"a count of bytes is an int"),
+        (L.check_tied, last_name_wins, r"group 'embeddings' is missing.*the first name the model lists it under"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -150,6 +161,7 @@ def test_a_module_registered_twice_is_named():
     def counts_block_again(model, depth=1):
         out = bytes_by_module(model, depth)
         return {**out, "block_again": 168} if "block" in out else out
+
     with pytest.raises(LabCheckFailed, match=r"block_again is the same module as block.*got 168 bytes"):
         L.check_tied(counts_block_again)
 
@@ -172,20 +184,29 @@ SIZES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.float64: 8
 
 def dtype_table(model, depth=1):
     """Element sizes from a table of the dtypes the notes show; anything else counts 4 bytes."""
-    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth,
-                 size=lambda t: t.numel() * SIZES.get(t.dtype, 4))
+    return _from(
+        list(model.named_parameters()) + list(model.named_buffers()),
+        depth,
+        size=lambda t: t.numel() * SIZES.get(t.dtype, 4),
+    )
 
 
 def bits_over_eight(model, depth=1):
     """Element size as the dtype's bits / 8 from torch.finfo: integer and bool tensors raise."""
-    return _from(list(model.named_parameters()) + list(model.named_buffers()), depth,
-                 size=lambda t: t.numel() * torch.finfo(t.dtype).bits // 8)
+    return _from(
+        list(model.named_parameters()) + list(model.named_buffers()),
+        depth,
+        size=lambda t: t.numel() * torch.finfo(t.dtype).bits // 8,
+    )
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (dtype_table, r"bool mask.*group 'mask' should hold 100 bytes; got 400.*element_size"),
-    (bits_over_eight, r"your code raised TypeError"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (dtype_table, r"bool mask.*group 'mask' should hold 100 bytes; got 400.*element_size"),
+        (bits_over_eight, r"your code raised TypeError"),
+    ],
+)
 def test_dtypes_nobody_listed(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         L.check_bytes_and_buffers(wrong)

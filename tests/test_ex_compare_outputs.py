@@ -15,6 +15,7 @@ Each wrong answer is one class of mistake (arithmetic in the inputs' dtype, sign
 the flattened arrays, per column or averaged or made absolute, a count for a fraction, argmax over the wrong
 axis, no shape check, NaN skipped or passed through, the wrong error type, numpy scalars returned, ...).
 """
+
 import numpy as np
 import pytest
 
@@ -34,8 +35,12 @@ def _validate(reference, candidate):
 
 def _report(a, b, row_cos, agree):
     d = np.abs(a - b)
-    return {"max_abs": float(d.max()), "mean_abs": float(d.mean()), "min_row_cosine": float(row_cos),
-            "argmax_agreement": float(agree)}
+    return {
+        "max_abs": float(d.max()),
+        "mean_abs": float(d.mean()),
+        "min_row_cosine": float(row_cos),
+        "argmax_agreement": float(agree),
+    }
 
 
 def _row_cos(a, b, axis=1):
@@ -60,9 +65,12 @@ def compare_alt(reference, candidate):
     na = a / np.linalg.norm(a, axis=1, keepdims=True)
     nb = b / np.linalg.norm(b, axis=1, keepdims=True)
     diff = np.abs(a - b)
-    return {"max_abs": diff.max().item(), "mean_abs": diff.mean().item(),
-            "min_row_cosine": min(float(x) for x in (na * nb).sum(axis=1)),
-            "argmax_agreement": float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1)))}
+    return {
+        "max_abs": diff.max().item(),
+        "mean_abs": diff.mean().item(),
+        "min_row_cosine": min(float(x) for x in (na * nb).sum(axis=1)),
+        "argmax_agreement": float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1))),
+    }
 
 
 def cmp_no_cast(reference, candidate):
@@ -173,9 +181,12 @@ def cmp_nan_skipped(reference, candidate):
         raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
     d = np.abs(a - b)
     with np.errstate(invalid="ignore"):
-        return {"max_abs": float(np.nanmax(d[np.isfinite(d)])), "mean_abs": float(np.nanmean(d[np.isfinite(d)])),
-                "min_row_cosine": float(np.nanmin(_row_cos(a, b))),
-                "argmax_agreement": float((a.argmax(1) == b.argmax(1)).mean())}
+        return {
+            "max_abs": float(np.nanmax(d[np.isfinite(d)])),
+            "mean_abs": float(np.nanmean(d[np.isfinite(d)])),
+            "min_row_cosine": float(np.nanmin(_row_cos(a, b))),
+            "argmax_agreement": float((a.argmax(1) == b.argmax(1)).mean()),
+        }
 
 
 def cmp_finite_check_only_candidate(reference, candidate):
@@ -231,29 +242,40 @@ def test_right_answers_pass():
         E.check_refuses_bad_input(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (E.check_differences, cmp_no_cast, "does not fit in fp16 .*cast both to float64"),
-    (E.check_differences, cmp_cast_float32, r"mean_abs should be .*in fp32 about 7; cast to float64 first"),
-    (E.check_differences, cmp_signed_max, "a negative difference counts as much"),
-    (E.check_differences, cmp_signed_mean, "signed differences cancel"),
-    (E.check_differences, cmp_numpy_scalars, "should be a plain Python float"),
-    (E.check_differences, cmp_in_place, "changed an input array in place"),
-    (E.check_cosine_and_agreement, cmp_mean_cosine, "then the smallest"),
-    (E.check_cosine_and_agreement, cmp_flat_cosine, "then the smallest"),
-    (E.check_cosine_and_agreement, cmp_column_cosine, "one cosine per row"),
-    (E.check_cosine_and_agreement, cmp_abs_cosine, "signed .not its absolute value"),
-    (E.check_cosine_and_agreement, cmp_agreement_count, "argmax_agreement should be 0.8; got 4.0"),
-    (E.check_cosine_and_agreement, cmp_agreement_axis0, "argmax_agreement should be 0.8; got 1.0"),
-    (E.check_cosine_and_agreement, cmp_agreement_flat, "argmax_agreement should be 0.8; got 1.0"),
-    (E.check_refuses_bad_input, cmp_no_shape_check, r"reference \(4, 3\) against candidate \(4, 1\): "
-                                                    "compare_outputs returned"),
-    (E.check_refuses_bad_input, cmp_size_check, r"against candidate \(3, 4\): compare_outputs returned"),
-    (E.check_refuses_bad_input, cmp_no_finite_check, "nan at .2, 1. of the candidate: compare_outputs returned"),
-    (E.check_refuses_bad_input, cmp_nan_skipped, "nan at .2, 1. of the candidate: compare_outputs returned"),
-    (E.check_refuses_bad_input, cmp_finite_check_only_candidate, "-inf at .2, 1. of the reference: compare_outputs"),
-    (E.check_refuses_bad_input, cmp_assertion, "raise ValueError; your code raised AssertionError"),
-    (E.check_refuses_bad_input, cmp_finite_diff_check, "should name candidate"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (E.check_differences, cmp_no_cast, "does not fit in fp16 .*cast both to float64"),
+        (E.check_differences, cmp_cast_float32, r"mean_abs should be .*in fp32 about 7; cast to float64 first"),
+        (E.check_differences, cmp_signed_max, "a negative difference counts as much"),
+        (E.check_differences, cmp_signed_mean, "signed differences cancel"),
+        (E.check_differences, cmp_numpy_scalars, "should be a plain Python float"),
+        (E.check_differences, cmp_in_place, "changed an input array in place"),
+        (E.check_cosine_and_agreement, cmp_mean_cosine, "then the smallest"),
+        (E.check_cosine_and_agreement, cmp_flat_cosine, "then the smallest"),
+        (E.check_cosine_and_agreement, cmp_column_cosine, "one cosine per row"),
+        (E.check_cosine_and_agreement, cmp_abs_cosine, "signed .not its absolute value"),
+        (E.check_cosine_and_agreement, cmp_agreement_count, "argmax_agreement should be 0.8; got 4.0"),
+        (E.check_cosine_and_agreement, cmp_agreement_axis0, "argmax_agreement should be 0.8; got 1.0"),
+        (E.check_cosine_and_agreement, cmp_agreement_flat, "argmax_agreement should be 0.8; got 1.0"),
+        (
+            E.check_refuses_bad_input,
+            cmp_no_shape_check,
+            r"reference \(4, 3\) against candidate \(4, 1\): "
+            "compare_outputs returned",
+        ),
+        (E.check_refuses_bad_input, cmp_size_check, r"against candidate \(3, 4\): compare_outputs returned"),
+        (E.check_refuses_bad_input, cmp_no_finite_check, "nan at .2, 1. of the candidate: compare_outputs returned"),
+        (E.check_refuses_bad_input, cmp_nan_skipped, "nan at .2, 1. of the candidate: compare_outputs returned"),
+        (
+            E.check_refuses_bad_input,
+            cmp_finite_check_only_candidate,
+            "-inf at .2, 1. of the reference: compare_outputs",
+        ),
+        (E.check_refuses_bad_input, cmp_assertion, "raise ValueError; your code raised AssertionError"),
+        (E.check_refuses_bad_input, cmp_finite_diff_check, "should name candidate"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

@@ -15,6 +15,7 @@ Each wrong answer is one class of mistake: the prompt returned with the new toke
 step too many, recomputing the prefix, prefilling again at every step, the wrong token fed back, the argmax over
 the wrong axis, only the first row, sampling instead of argmax, a list or floats returned, the prompt changed.
 """
+
 import pytest
 import torch
 
@@ -43,7 +44,7 @@ def right_preallocated(model, prompt_ids, max_new_tokens):
     for i in range(max_new_tokens):
         out[:, i] = logits.argmax(-1)
         if i + 1 < max_new_tokens:
-            logits = decode_one_token(model, cache, out[:, i:i + 1])
+            logits = decode_one_token(model, cache, out[:, i : i + 1])
     return out
 
 
@@ -71,7 +72,7 @@ def recomputes_the_prefix(model, p, n):
         with torch.inference_mode():
             logits = model(seq, NoCacheView(seq.shape[0], seq.shape[1]))
         seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return seq[:, p.shape[1]:]
+    return seq[:, p.shape[1] :]
 
 
 def prefills_every_step(model, p, n):
@@ -79,7 +80,7 @@ def prefills_every_step(model, p, n):
     for _ in range(n):
         cache = KVCache.for_model(model, seq.shape[0], seq.shape[1])
         seq = torch.cat([seq, prefill(model, cache, seq).argmax(-1, keepdim=True)], dim=1)
-    return seq[:, p.shape[1]:]
+    return seq[:, p.shape[1] :]
 
 
 def feeds_the_prompts_last_token(model, p, n):
@@ -140,20 +141,23 @@ def test_right_answers_pass(fn):
     L.check_work(fn)
 
 
-@pytest.mark.parametrize("fn, check, match", [
-    (with_prompt, L.check_tokens, "only the new tokens"),
-    (one_too_few, L.check_tokens, r"shape \(1, 10\)"),
-    (one_step_too_many, L.check_work, "needs no step of its own"),
-    (recomputes_the_prefix, L.check_work, "feed only the newest token"),
-    (prefills_every_step, L.check_work, "feed only the newest token"),
-    (feeds_the_prompts_last_token, L.check_tokens, "which token is fed"),
-    (argmax_over_the_batch, L.check_tokens, "expected"),
-    (first_row_only, L.check_tokens, "row 1"),
-    (samples, L.check_tokens, "expected"),
-    (returns_a_list, L.check_tokens, "return a tensor"),
-    (returns_floats, L.check_tokens, "integers"),
-    (changes_the_prompt, L.check_tokens, "prompt tensor was changed"),
-])
+@pytest.mark.parametrize(
+    "fn, check, match",
+    [
+        (with_prompt, L.check_tokens, "only the new tokens"),
+        (one_too_few, L.check_tokens, r"shape \(1, 10\)"),
+        (one_step_too_many, L.check_work, "needs no step of its own"),
+        (recomputes_the_prefix, L.check_work, "feed only the newest token"),
+        (prefills_every_step, L.check_work, "feed only the newest token"),
+        (feeds_the_prompts_last_token, L.check_tokens, "which token is fed"),
+        (argmax_over_the_batch, L.check_tokens, "expected"),
+        (first_row_only, L.check_tokens, "row 1"),
+        (samples, L.check_tokens, "expected"),
+        (returns_a_list, L.check_tokens, "return a tensor"),
+        (returns_floats, L.check_tokens, "integers"),
+        (changes_the_prompt, L.check_tokens, "prompt tensor was changed"),
+    ],
+)
 def test_wrong_answers_fail_with_a_message_that_names_the_mistake(fn, check, match):
     with pytest.raises(LabCheckFailed, match=match):
         check(fn)
@@ -165,6 +169,9 @@ def cache_for_the_prompt_only(model, prompt_ids, max_new_tokens):
 
 
 def test_a_cache_without_room_for_the_new_tokens():
-    with pytest.raises(LabCheckFailed, match=r"a prompt of shape \(1, 12\) and max_new_tokens=10: your code raised "
-                                             r"ValueError: the cache holds 12 tokens"):
+    with pytest.raises(
+        LabCheckFailed,
+        match=r"a prompt of shape \(1, 12\) and max_new_tokens=10: your code raised "
+        r"ValueError: the cache holds 12 tokens",
+    ):
         L.check_tokens(cache_for_the_prompt_only)

@@ -15,6 +15,7 @@ Each wrong answer is one class of mistake (counts taken as per-bucket, bounds in
 that passes the rank instead of reaching it, the lowest bucket starting at its own bound, no interpolation,
 +Inf returned, 0 for no data, a constant q, calling ailab's own function, ...).
 """
+
 import math
 
 import numpy as np
@@ -194,22 +195,25 @@ def test_right_answers_pass():
         L.check_against_numpy(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_interpolation, per_bucket_counts, "q=0.5: expected 0.15"),
-    (L.check_interpolation, dict_order, "a dict keeps insertion order"),
-    (L.check_interpolation, fixed_q, r"q=0.5: expected 0.15.*use the q you are given"),
-    (L.check_interpolation, upper_bound_only, r"q=0.5: expected 0.15.*got 0.2"),
-    (L.check_interpolation, lowest_from_its_bound, r"q=0.1: rank 4 falls in the lowest bucket, which starts at 0"),
-    (L.check_interpolation, calls_ailab, "write it yourself"),
-    (L.check_interpolation, calls_ailab_module, "write it yourself"),
-    (L.check_interpolation, ailab_hq, "write it yourself"),
-    (L.check_boundaries, passes_rank, r"rank 5 is reached at the 1.0 bucket already.*got 2.0"),
-    (L.check_boundaries, lowest_from_its_bound, r"rank 5 in \(0.005, 0.01\]|the lowest bucket starts at 0"),
-    (L.check_inf_and_empty, returns_inf, r"highest finite bound, 1.0.*got inf"),
-    (L.check_inf_and_empty, zero_when_empty, r"an empty histogram \{\}.*never 0.*got 0.0"),
-    (L.check_inf_and_empty, crashes_when_empty, r"an empty histogram \{\}, q=0.99: your code raised IndexError"),
-    (L.check_against_numpy, per_bucket_counts, "within two bucket widths of numpy's percentile"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_interpolation, per_bucket_counts, "q=0.5: expected 0.15"),
+        (L.check_interpolation, dict_order, "a dict keeps insertion order"),
+        (L.check_interpolation, fixed_q, r"q=0.5: expected 0.15.*use the q you are given"),
+        (L.check_interpolation, upper_bound_only, r"q=0.5: expected 0.15.*got 0.2"),
+        (L.check_interpolation, lowest_from_its_bound, r"q=0.1: rank 4 falls in the lowest bucket, which starts at 0"),
+        (L.check_interpolation, calls_ailab, "write it yourself"),
+        (L.check_interpolation, calls_ailab_module, "write it yourself"),
+        (L.check_interpolation, ailab_hq, "write it yourself"),
+        (L.check_boundaries, passes_rank, r"rank 5 is reached at the 1.0 bucket already.*got 2.0"),
+        (L.check_boundaries, lowest_from_its_bound, r"rank 5 in \(0.005, 0.01\]|the lowest bucket starts at 0"),
+        (L.check_inf_and_empty, returns_inf, r"highest finite bound, 1.0.*got inf"),
+        (L.check_inf_and_empty, zero_when_empty, r"an empty histogram \{\}.*never 0.*got 0.0"),
+        (L.check_inf_and_empty, crashes_when_empty, r"an empty histogram \{\}, q=0.99: your code raised IndexError"),
+        (L.check_against_numpy, per_bucket_counts, "within two bucket widths of numpy's percentile"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -221,8 +225,9 @@ def test_rank_convention_is_named():
         L.check_interpolation(rank_minus_one)
 
 
-@pytest.mark.parametrize("chk", [L.check_interpolation, L.check_boundaries, L.check_inf_and_empty,
-                                 L.check_against_numpy])
+@pytest.mark.parametrize(
+    "chk", [L.check_interpolation, L.check_boundaries, L.check_inf_and_empty, L.check_against_numpy]
+)
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
@@ -270,12 +275,15 @@ def lowest_nonempty_starts_at_zero(q, buckets):
     return _walk([(b, c) for b, c in sorted(buckets.items()) if c > 0 or math.isinf(b)], q)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_boundaries, sorted_by_count, r"two bounds share a count.*sort the bounds themselves"),
-    (L.check_boundaries, lower_bound_of_last_nonempty, r"q=0.7: rank 7 falls in \(2.0, 3.0\].*got 1.8"),
-    (L.check_inf_and_empty, lower_bound_of_last_nonempty, r"highest finite bound, 1.0 \(not 0.1"),
-    (L.check_boundaries, lowest_nonempty_starts_at_zero, r"the \(0, 0.1\] bucket is empty.*got 0.1 "),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_boundaries, sorted_by_count, r"two bounds share a count.*sort the bounds themselves"),
+        (L.check_boundaries, lower_bound_of_last_nonempty, r"q=0.7: rank 7 falls in \(2.0, 3.0\].*got 1.8"),
+        (L.check_inf_and_empty, lower_bound_of_last_nonempty, r"highest finite bound, 1.0 \(not 0.1"),
+        (L.check_boundaries, lowest_nonempty_starts_at_zero, r"the \(0, 0.1\] bucket is empty.*got 0.1 "),
+    ],
+)
 def test_empty_buckets_and_ties_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

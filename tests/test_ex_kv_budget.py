@@ -15,6 +15,7 @@ Each wrong answer is one class of mistake (K or V forgotten, rounding to the nea
 float, a constant where an argument belongs, blocks rounded down or always one more, blocks pooled across
 sequences, paging ignored, an off-by-one at the exact fit); each is rejected with the message that names it.
 """
+
 import math
 
 import pytest
@@ -110,20 +111,23 @@ def test_right_answers_pass(fn):
         chk(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_boundary, only_keys, r"exactly 5 sequences' worth .*: 5 sequence\(s\) fit; got 10.*key AND its value"),
-    (L.check_arguments, only_keys, r"12 sequences fit; got 24\. That is twice the right answer.*key AND its value"),
-    (L.check_boundary, rounds_to_nearest, r"one byte short of 5 sequences .*: 4 sequence\(s\) fit; got 5"),
-    (L.check_boundary, rounds_up, r"one byte short of 5 sequences .*: 4 sequence\(s\) fit; got 5"),
-    (L.check_boundary, returns_float, r"should return a whole number of sequences \(an int\); got float"),
-    (L.check_boundary, strict_fit, r"exactly 5 sequences' worth .*got 4"),
-    (L.check_arguments, fp16_always, r"Does your formula use dtype_bytes\?"),
-    (L.check_arguments, one_kv_head, r"Does your formula use kv_heads\?"),
-    (L.check_blocks, blocks_round_down, r"seq_len=200 in blocks of 16 tokens: each sequence holds 208"),
-    (L.check_blocks, blocks_always_one_more, r"seq_len=192 in blocks of 16 tokens: each sequence holds 192"),
-    (L.check_blocks, pooled_blocks, r"seq_len=200 in blocks of 16 tokens.*one byte short of 7 such.*fits 6; got 7"),
-    (L.check_blocks, ignores_blocks, r"seq_len=200 in blocks of 16 tokens: each sequence holds 208"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_boundary, only_keys, r"exactly 5 sequences' worth .*: 5 sequence\(s\) fit; got 10.*key AND its value"),
+        (L.check_arguments, only_keys, r"12 sequences fit; got 24\. That is twice the right answer.*key AND its value"),
+        (L.check_boundary, rounds_to_nearest, r"one byte short of 5 sequences .*: 4 sequence\(s\) fit; got 5"),
+        (L.check_boundary, rounds_up, r"one byte short of 5 sequences .*: 4 sequence\(s\) fit; got 5"),
+        (L.check_boundary, returns_float, r"should return a whole number of sequences \(an int\); got float"),
+        (L.check_boundary, strict_fit, r"exactly 5 sequences' worth .*got 4"),
+        (L.check_arguments, fp16_always, r"Does your formula use dtype_bytes\?"),
+        (L.check_arguments, one_kv_head, r"Does your formula use kv_heads\?"),
+        (L.check_blocks, blocks_round_down, r"seq_len=200 in blocks of 16 tokens: each sequence holds 208"),
+        (L.check_blocks, blocks_always_one_more, r"seq_len=192 in blocks of 16 tokens: each sequence holds 192"),
+        (L.check_blocks, pooled_blocks, r"seq_len=200 in blocks of 16 tokens.*one byte short of 7 such.*fits 6; got 7"),
+        (L.check_blocks, ignores_blocks, r"seq_len=200 in blocks of 16 tokens: each sequence holds 208"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -134,6 +138,7 @@ def test_pooling_has_its_own_message():
         if block_tokens is not None and seq_len == 20:
             return pooled_blocks(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
         return max_sequences(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
+
     with pytest.raises(LabCheckFailed, match=r"a block is never shared between sequences.*got 16"):
         L.check_blocks(pooled_only_when_shorter)
 

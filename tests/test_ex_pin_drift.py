@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (versions compared as text, names comp
 lower-cased, rows for matches or for unpinned packages, a missing package dropped or reported with a made-up
 version, the wrong sort key, a version string rewritten); each is rejected with the message that names it.
 """
+
 import re
 
 import pytest
@@ -49,13 +50,29 @@ def pin_drift_alt(installed, pins):
     for name in sorted(pins, key=canonicalize_name):
         key, inst = canonicalize_name(name), have.get(canonicalize_name(name))
         if inst is None or not SpecifierSet(f"=={pins[name]}").contains(inst, prereleases=True):
-            out.append({"package": key, "pinned": pins[name], "installed": inst,
-                        "kind": "missing" if inst is None else "differs"})
+            out.append(
+                {
+                    "package": key,
+                    "pinned": pins[name],
+                    "installed": inst,
+                    "kind": "missing" if inst is None else "differs",
+                }
+            )
     return out
 
 
-def _generic(installed, pins, *, name=norm, same=lambda a, b: Version(Version(a).public) == Version(b),
-             missing=None, report_missing=True, key=lambda r: r["package"], report_same=False, show=lambda v: v):
+def _generic(
+    installed,
+    pins,
+    *,
+    name=norm,
+    same=lambda a, b: Version(Version(a).public) == Version(b),
+    missing=None,
+    report_missing=True,
+    key=lambda r: r["package"],
+    report_same=False,
+    show=lambda v: v,
+):
     have = {name(k): v for k, v in installed.items()}
     rows = []
     for pkg, pinned in pins.items():
@@ -74,9 +91,11 @@ def text_compare(installed, pins):
 
 def digits_compare(installed, pins):
     """A hand-made parser: the numbers in the public version, padded with zeros (rc1 reads as .1)."""
+
     def nums(v):
         n = [int(x) for x in re.findall(r"\d+", v.split("+")[0])]
         return n + [0] * (6 - len(n))
+
     return _generic(installed, pins, same=lambda a, b: nums(a) == nums(b))
 
 
@@ -140,8 +159,11 @@ def every_pin_reported(installed, pins):
 def unpinned_reported(installed, pins):
     rows = pin_drift(installed, pins)
     pinned = {norm(k) for k in pins}
-    rows += [{"package": norm(k), "pinned": None, "installed": v, "kind": "differs"} for k, v in installed.items()
-             if norm(k) not in pinned]
+    rows += [
+        {"package": norm(k), "pinned": None, "installed": v, "kind": "differs"}
+        for k, v in installed.items()
+        if norm(k) not in pinned
+    ]
     return sorted(rows, key=lambda r: r["package"])
 
 
@@ -179,28 +201,35 @@ def test_right_answers_pass(fn):
         chk(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_versions, text_compare, r"pinned '1\.0', installed '1\.0\.0': the same version"),
-    (L.check_versions, digits_compare, r"pinned '2\.0\.1', installed '2\.0rc1': different versions|spelled another"),
-    (L.check_versions, strip_local_only, r"pinned '1\.0', installed '1\.0\.0'"),
-    (L.check_versions, installed_stripped, r"installed '2\.12\.0\+cpu': report both versions exactly as given"),
-    (L.check_names, names_as_written, r"are the same packages to pip"),
-    (L.check_names, names_lowercased, r"are the same packages to pip"),
-    (L.check_names, names_no_dots, r"are the same packages to pip"),
-    (L.check_names, names_char_by_char, r"a run of '-', '_', '\.' counts as one '-'"),
-    (L.check_names, package_as_written, r"the package field is the normalised name"),
-    (L.check_names, sorted_by_written_name, r"sorted by the \(normalised\) package name"),
-    (L.check_rows, missing_dropped, r"rows should be for scipy \(missing\) and torch \(differs\); got \['torch'\]"),
-    (L.check_rows, missing_as_text, r"its installed field should be None; got 'not installed'"),
-    (L.check_rows, missing_is_differs, r"kind should be 'missing'; got 'differs'"),
-    (L.check_rows, unsorted, r"sorted by package \(scipy before torch\)"),
-    (L.check_rows, sorted_by_pinned_version, r"every pin is a 'missing' row, sorted by package"),
-    (L.check_rows, every_pin_reported, r"numpy and plotly are installed at their pinned versions"),
-    (L.check_rows, unpinned_reported, r"requests is installed but not pinned"),
-    (L.check_rows, pops_matches, r"changed the dicts it was given"),
-    (L.check_rows, returns_names, r"each row should be a dict; got str"),
-    (L.check_rows, extra_field, r"exactly the keys"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_versions, text_compare, r"pinned '1\.0', installed '1\.0\.0': the same version"),
+        (
+            L.check_versions,
+            digits_compare,
+            r"pinned '2\.0\.1', installed '2\.0rc1': different versions|spelled another",
+        ),
+        (L.check_versions, strip_local_only, r"pinned '1\.0', installed '1\.0\.0'"),
+        (L.check_versions, installed_stripped, r"installed '2\.12\.0\+cpu': report both versions exactly as given"),
+        (L.check_names, names_as_written, r"are the same packages to pip"),
+        (L.check_names, names_lowercased, r"are the same packages to pip"),
+        (L.check_names, names_no_dots, r"are the same packages to pip"),
+        (L.check_names, names_char_by_char, r"a run of '-', '_', '\.' counts as one '-'"),
+        (L.check_names, package_as_written, r"the package field is the normalised name"),
+        (L.check_names, sorted_by_written_name, r"sorted by the \(normalised\) package name"),
+        (L.check_rows, missing_dropped, r"rows should be for scipy \(missing\) and torch \(differs\); got \['torch'\]"),
+        (L.check_rows, missing_as_text, r"its installed field should be None; got 'not installed'"),
+        (L.check_rows, missing_is_differs, r"kind should be 'missing'; got 'differs'"),
+        (L.check_rows, unsorted, r"sorted by package \(scipy before torch\)"),
+        (L.check_rows, sorted_by_pinned_version, r"every pin is a 'missing' row, sorted by package"),
+        (L.check_rows, every_pin_reported, r"numpy and plotly are installed at their pinned versions"),
+        (L.check_rows, unpinned_reported, r"requests is installed but not pinned"),
+        (L.check_rows, pops_matches, r"changed the dicts it was given"),
+        (L.check_rows, returns_names, r"each row should be a dict; got str"),
+        (L.check_rows, extra_field, r"exactly the keys"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -215,38 +244,59 @@ def test_stub_fails(chk):
 def reports_pips_spelling(installed, pins):
     """Compares right, but writes both versions back in pip's normal form (2.0.0-RC1 -> 2.0.0rc1)."""
     rows = pin_drift(installed, pins)
-    return [{**r, "pinned": str(Version(r["pinned"])),
-             "installed": None if r["installed"] is None else str(Version(r["installed"]))} for r in rows]
+    return [
+        {
+            **r,
+            "pinned": str(Version(r["pinned"])),
+            "installed": None if r["installed"] is None else str(Version(r["installed"])),
+        }
+        for r in rows
+    ]
 
 
 def tidies_text(installed, pins):
     """A hand-made comparison: drops '+local', then trailing '.0's, then compares text."""
+
     def tidy(v):
         v = v.split("+")[0].lower()
         while v.endswith(".0"):
             v = v[:-2]
         return v
+
     return _generic(installed, pins, same=lambda a, b: tidy(a) == tidy(b))
 
 
 def parses_after_stripping_v(installed, pins):
     """Strips a leading 'v' by hand and compares the rest as text after dropping trailing zeros."""
+
     def tidy(v):
         v = v.lstrip("vV").split("+")[0]
         parts = v.split(".")
         while len(parts) > 1 and parts[-1] == "0":
             parts.pop()
         return ".".join(parts)
+
     return _generic(installed, pins, same=lambda a, b: tidy(a) == tidy(b))
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_versions, reports_pips_spelling, r"pinned '2.0', installed '2.0.0-RC1': report both versions exactly as "
-                                              r"given"),
-    (L.check_versions, tidies_text, r"pinned '2.0rc1', installed '2.0.0-RC1': the same version to pip, spelled "
-                                    r"another way"),
-    (L.check_versions, parses_after_stripping_v, r"installed '2.0.0-RC1': the same version to pip, spelled"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            L.check_versions,
+            reports_pips_spelling,
+            r"pinned '2.0', installed '2.0.0-RC1': report both versions exactly as "
+            r"given",
+        ),
+        (
+            L.check_versions,
+            tidies_text,
+            r"pinned '2.0rc1', installed '2.0.0-RC1': the same version to pip, spelled "
+            r"another way",
+        ),
+        (L.check_versions, parses_after_stripping_v, r"installed '2.0.0-RC1': the same version to pip, spelled"),
+    ],
+)
 def test_spellings_pip_accepts_but_does_not_write(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

@@ -15,6 +15,7 @@ duplicates counted twice, whole rows instead of the top k, positions compared in
 denominator, a constant k, the sum instead of the mean, no error for k beyond the columns, an array instead
 of a float); each is rejected with the message that names it.
 """
+
 import numpy as np
 import pytest
 
@@ -48,8 +49,10 @@ def counts_padding(approx_ids, exact_ids, k):
 def drops_padding_first(approx_ids, exact_ids, k):
     """Removes -1 from the whole row, then cuts to k: results beyond the top k slip in."""
     approx, exact = _checked(approx_ids, exact_ids, k)
-    hits = [len(set([x for x in a.tolist() if x != -1][:k]) & set([x for x in e.tolist() if x != -1][:k]))
-            for a, e in zip(approx, exact)]
+    hits = [
+        len(set([x for x in a.tolist() if x != -1][:k]) & set([x for x in e.tolist() if x != -1][:k]))
+        for a, e in zip(approx, exact)
+    ]
     return float(np.mean(hits) / k)
 
 
@@ -119,21 +122,36 @@ def test_right_answer_passes():
         chk(recall_at_k)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_padding_and_duplicates, counts_padding, r"both rows padded with -1.*should be 0.5; got 0.75.*not a neighbour found"),
-    (L.check_padding_and_duplicates, drops_padding_first, r"approx \[-1, 5, ...\].*should be 0.5; got 1.*cut to the first k first"),
-    (L.check_padding_and_duplicates, counts_duplicates, r"an approx row \[3, 3, 3, 3\].*should be 0.25; got 1.*repeated"),
-    (L.check_first_k, whole_rows, r"8 columns but k=4, k=4: recall should be 0.375; got 1 .*only the first k"),
-    (L.check_values, positional, r"the same ids in another order.*should be 1; got 0.*not where in the row"),
-    (L.check_padding_and_duplicates, over_distinct_exact, r"both rows padded with -1.*should be 0.5; got 1 "),
-    (L.check_first_k, fixed_k, r"8 columns but k=4, k=4: recall should be 0.375; got 0.6875"),
-    (L.check_values, summed, r"the approximate ids equal the exact ones, k=4: recall should be 1; got 2"),
-    (L.check_errors, no_k_check, r"k=4 with only 3 columns.*should raise ValueError; it returned"),
-    (L.check_values, per_query_array, r"should return one float; got array"),
-    (L.check_random, counts_padding, r"random case #\d+"),
-    (L.check_random, drops_padding_first, r"random case #\d+"),
-    (L.check_random, counts_duplicates, r"random case #\d+"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            L.check_padding_and_duplicates,
+            counts_padding,
+            r"both rows padded with -1.*should be 0.5; got 0.75.*not a neighbour found",
+        ),
+        (
+            L.check_padding_and_duplicates,
+            drops_padding_first,
+            r"approx \[-1, 5, ...\].*should be 0.5; got 1.*cut to the first k first",
+        ),
+        (
+            L.check_padding_and_duplicates,
+            counts_duplicates,
+            r"an approx row \[3, 3, 3, 3\].*should be 0.25; got 1.*repeated",
+        ),
+        (L.check_first_k, whole_rows, r"8 columns but k=4, k=4: recall should be 0.375; got 1 .*only the first k"),
+        (L.check_values, positional, r"the same ids in another order.*should be 1; got 0.*not where in the row"),
+        (L.check_padding_and_duplicates, over_distinct_exact, r"both rows padded with -1.*should be 0.5; got 1 "),
+        (L.check_first_k, fixed_k, r"8 columns but k=4, k=4: recall should be 0.375; got 0.6875"),
+        (L.check_values, summed, r"the approximate ids equal the exact ones, k=4: recall should be 1; got 2"),
+        (L.check_errors, no_k_check, r"k=4 with only 3 columns.*should raise ValueError; it returned"),
+        (L.check_values, per_query_array, r"should return one float; got array"),
+        (L.check_random, counts_padding, r"random case #\d+"),
+        (L.check_random, drops_padding_first, r"random case #\d+"),
+        (L.check_random, counts_duplicates, r"random case #\d+"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -141,16 +159,18 @@ def test_wrong_answers_fail(chk, wrong, message):
 
 def no_validation_at_all(approx_ids, exact_ids, k):
     approx, exact = np.asarray(approx_ids), np.asarray(exact_ids)
-    return float(np.mean([len((set(a[:k].tolist()) & set(e[:k].tolist())) - {-1})
-                          for a, e in zip(approx, exact)]) / k)
+    return float(np.mean([len((set(a[:k].tolist()) & set(e[:k].tolist())) - {-1}) for a, e in zip(approx, exact)]) / k)
 
 
 def test_errors_name_the_problem_for_unchecked_versions():
     with pytest.raises(LabCheckFailed, match="k=0: should raise ValueError|ZeroDivisionError"):
         L.check_errors(lambda a, e, k: no_validation_at_all(a, e, k) if k != 4 and k != 3 else recall_at_k(a, e, k))
     with pytest.raises(LabCheckFailed, match=r"1-D arrays.*raise a ValueError that says what is wrong; got"):
-        L.check_errors(lambda a, e, k: (len(np.asarray(a)[0]), recall_at_k(a, e, k))[1]
-                       if np.ndim(a) == 1 else recall_at_k(a, e, k))
+        L.check_errors(
+            lambda a, e, k: (
+                (len(np.asarray(a)[0]), recall_at_k(a, e, k))[1] if np.ndim(a) == 1 else recall_at_k(a, e, k)
+            )
+        )
 
 
 @pytest.mark.parametrize("chk", CHECKS)
@@ -205,13 +225,20 @@ def approx_shape_only(approx_ids, exact_ids, k):
     return float(np.mean(hits) / k)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_errors, only_1d_refused, r"3-D arrays of shape \(2, 3, 4\).*got TypeError"),
-    (L.check_first_k, k_must_be_a_python_int, r"k given as np.int64\(3\).*raised ValueError|your code raised "
-                                              r"ValueError: k must be an int"),
-    (L.check_errors, says_too_little, r"its message 'invalid input' does not say what is wrong"),
-    (L.check_errors, approx_shape_only, r"k=3 but the exact array has only 2 columns: should raise ValueError"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_errors, only_1d_refused, r"3-D arrays of shape \(2, 3, 4\).*got TypeError"),
+        (
+            L.check_first_k,
+            k_must_be_a_python_int,
+            r"k given as np.int64\(3\).*raised ValueError|your code raised "
+            r"ValueError: k must be an int",
+        ),
+        (L.check_errors, says_too_little, r"its message 'invalid input' does not say what is wrong"),
+        (L.check_errors, approx_shape_only, r"k=3 but the exact array has only 2 columns: should raise ValueError"),
+    ],
+)
 def test_shapes_types_and_messages_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

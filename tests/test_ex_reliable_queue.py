@@ -36,6 +36,7 @@ returns, a constant key, a non-atomic pop-then-push, a peek that moves nothing; 
 copies, the oldest job or the whole list; a reclaim that requeues at the back, in reverse, copies instead of
 moving, returns no count or reads-deletes-pushes); each is rejected with the message that names it.
 """
+
 import shutil
 
 import pytest
@@ -180,14 +181,17 @@ def test_blocking_claim_with_a_timeout_passes():
     L.check_crash_safety(claim_blocking, ack, reclaim)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_claim, claim_pop, "must wait in the processing list until it is acked"),
-    (L.check_claim, claim_lifo, "the oldest, job-1, is at the right end.*returned 'job-3'"),
-    (L.check_claim, claim_forever, "did not return within 3 s.*0 means wait forever"),
-    (L.check_claim, claim_fixed_queue, "returned None"),
-    (L.check_claim, claim_peek, r"the queue should hold \['job-3', 'job-2'\]"),
-    (L.check_claim, claim_to_right, r"enter processing at its left end"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_claim, claim_pop, "must wait in the processing list until it is acked"),
+        (L.check_claim, claim_lifo, "the oldest, job-1, is at the right end.*returned 'job-3'"),
+        (L.check_claim, claim_forever, "did not return within 3 s.*0 means wait forever"),
+        (L.check_claim, claim_fixed_queue, "returned None"),
+        (L.check_claim, claim_peek, r"the queue should hold \['job-3', 'job-2'\]"),
+        (L.check_claim, claim_to_right, r"enter processing at its left end"),
+    ],
+)
 def test_wrong_claims_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -197,30 +201,45 @@ def test_non_atomic_claim_fails_crash_safety():
     L.check_claim(claim_pop_then_push)  # it looks right while nothing dies
     with pytest.raises(LabCheckFailed, match=r"died during claim\(\) after 1 Redis call.*one atomic command"):
         L.check_crash_safety(claim_pop_then_push, ack, reclaim)
-    with pytest.raises(LabCheckFailed, match=r"died during claim\(\) after 0 Redis call.*hold \['c', 'b'\]|"
-                                             r"died during claim\(\).*not a, b, c"):
+    with pytest.raises(
+        LabCheckFailed,
+        match=r"died during claim\(\) after 0 Redis call.*hold \['c', 'b'\]|"
+        r"died during claim\(\).*not a, b, c",
+    ):
         L.check_crash_safety(claim_pop, ack, reclaim)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (ack_all_copies, "one ack removes exactly one copy"),
-    (ack_oldest, r"ack\(job 'b'\) should leave \['c', 'a'\].*remove the job you are given"),
-    (ack_deletes_list, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
-    (ack_on_queue, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
-    (ack_noop, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (ack_all_copies, "one ack removes exactly one copy"),
+        (ack_oldest, r"ack\(job 'b'\) should leave \['c', 'a'\].*remove the job you are given"),
+        (ack_deletes_list, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
+        (ack_on_queue, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
+        (ack_noop, r"ack\(job 'b'\) should leave \['c', 'a'\]"),
+    ],
+)
 def test_wrong_acks_fail(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         L.check_ack(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (reclaim_to_back, r"claimed next, in their old order \['j-0', 'j-1', 'j-2'\]; the next claims returned \['j-3'"),
-    (reclaim_reversed, r"in their old order \['j-0', 'j-1', 'j-2'\]; the next claims returned \['j-2', 'j-1', 'j-0'\]"),
-    (reclaim_copies, "processing list should be empty"),
-    (reclaim_no_count, r"should return 0 \(an int\); got None"),
-    (reclaim_one, "the dead worker held 3 jobs; reclaim.. returned 1"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (
+            reclaim_to_back,
+            r"claimed next, in their old order \['j-0', 'j-1', 'j-2'\]; the next claims returned \['j-3'",
+        ),
+        (
+            reclaim_reversed,
+            r"in their old order \['j-0', 'j-1', 'j-2'\]; the next claims returned \['j-2', 'j-1', 'j-0'\]",
+        ),
+        (reclaim_copies, "processing list should be empty"),
+        (reclaim_no_count, r"should return 0 \(an int\); got None"),
+        (reclaim_one, "the dead worker held 3 jobs; reclaim.. returned 1"),
+    ],
+)
 def test_wrong_reclaims_fail(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         L.check_reclaim(claim, wrong)
@@ -238,9 +257,14 @@ def test_wrong_ack_fails_end_to_end():
 
 
 def test_stubs_fail():
-    for chk, args in [(L.check_claim, (stub,)), (L.check_ack, (stub,)), (L.check_reclaim, (claim, stub)),
-                      (L.check_reclaim, (stub, reclaim)), (L.check_crash_safety, (stub, ack, reclaim)),
-                      (L.check_crash_safety, (claim, ack, stub))]:
+    for chk, args in [
+        (L.check_claim, (stub,)),
+        (L.check_ack, (stub,)),
+        (L.check_reclaim, (claim, stub)),
+        (L.check_reclaim, (stub, reclaim)),
+        (L.check_crash_safety, (stub, ack, reclaim)),
+        (L.check_crash_safety, (claim, ack, stub)),
+    ]:
         with pytest.raises(LabCheckFailed, match="not implemented yet"):
             chk(*args)
 

@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (truncating or rounding instead of rou
 float noise adding a replica, zero replicas for no load, headroom ignored or applied the wrong way, a float
 result, a silent clamp at max_replicas, no validation); each is rejected with the message that names it.
 """
+
 import math
 
 import numpy as np
@@ -129,8 +130,12 @@ def validation_misses_nan(target_rps, per_replica_rps, headroom=0.3, max_replica
         raise ValueError("per_replica_rps must be > 0")
     if not 0 <= headroom < 1:
         raise ValueError("headroom must be in [0, 1)")
-    return replicas_needed(target_rps if target_rps == target_rps else 0, per_replica_rps if per_replica_rps ==
-                           per_replica_rps else 1, headroom, max_replicas)
+    return replicas_needed(
+        target_rps if target_rps == target_rps else 0,
+        per_replica_rps if per_replica_rps == per_replica_rps else 1,
+        headroom,
+        max_replicas,
+    )
 
 
 def unnamed_errors(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
@@ -163,7 +168,9 @@ def test_float_noise_is_caught_on_its_own():
     """21 / 10 / 0.7 lands a hair above 3 even where 210 / 100 / 0.7 does not trip first."""
     assert float_noise(21, 10, 0.3) == 4 and replicas_needed(21, 10, 0.3) == 3
     with pytest.raises(LabCheckFailed, match=r"replicas_needed\(21, 10, 0.3\) should be 3; got 4.*rounding noise"):
-        L.check_exact_boundaries(lambda t, p, h=0.3, m=None: 3 if (t, p, h) == (210, 100, 0.3) else float_noise(t, p, h, m))
+        L.check_exact_boundaries(
+            lambda t, p, h=0.3, m=None: 3 if (t, p, h) == (210, 100, 0.3) else float_noise(t, p, h, m)
+        )
 
 
 def test_right_answer_passes():
@@ -171,26 +178,29 @@ def test_right_answer_passes():
         chk(replicas_needed)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_formula, truncates, r"replicas_needed\(1000, 100\) should be 15; got 14"),
-    (L.check_formula, rounds, r"replicas_needed\(1000, 100\) should be 15; got 14"),
-    (L.check_exact_boundaries, plus_one, r"replicas_needed\(210, 100, 0.3\) should be 3; got 4.*do not add a 4th"),
-    (L.check_exact_boundaries, float_noise, r"replicas_needed\(210, 100, 0.3\) should be 3; got 4"),
-    (L.check_exact_boundaries, zero_for_no_load, r"replicas_needed\(0, 100\) should be 1; got 0"),
-    (L.check_formula, headroom_ignored, r"replicas_needed\(1000, 100, 0.0\) should be 10; got 15.*headroom 0"),
-    (L.check_formula, headroom_on_target, r"replicas_needed\(1000, 100\) should be 15; got 13"),
-    (L.check_formula, headroom_as_usable, r"replicas_needed\(1000, 100\) should be 15; got 34"),
-    (L.check_formula, numpy_float, r"should return an int .*got np.float64\(15.0\) \(float64\)"),
-    (L.check_max_replicas, clamps, r"max_replicas=14\) returned 14: the target needs 15 replicas"),
-    (L.check_max_replicas, none_beyond_max, r"returned None: the target needs 15 replicas"),
-    (L.check_max_replicas, max_off_by_one, r"raised ValueError: .*max_replicas=15"),
-    (L.check_max_replicas, vague_limit_error, r"should say how many replicas the target needs \(15\)"),
-    (L.check_nonsense, no_validation, r"replicas_needed\(-5, 100\) returned 1"),
-    (L.check_nonsense, validation_misses_nan, r"replicas_needed\(nan, 100\) returned 1.*NaN compares False"),
-    (L.check_nonsense, unnamed_errors, r"message should name 'target_rps'"),
-    (L.check_nonsense, headroom_up_to_one, r"replicas_needed\(100, 50, 1.0\) raised ZeroDivisionError"),
-    (L.check_direction, truncates, r"replicas_needed\(69, 100\) should be 1; got 0|should be 2; got 1"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_formula, truncates, r"replicas_needed\(1000, 100\) should be 15; got 14"),
+        (L.check_formula, rounds, r"replicas_needed\(1000, 100\) should be 15; got 14"),
+        (L.check_exact_boundaries, plus_one, r"replicas_needed\(210, 100, 0.3\) should be 3; got 4.*do not add a 4th"),
+        (L.check_exact_boundaries, float_noise, r"replicas_needed\(210, 100, 0.3\) should be 3; got 4"),
+        (L.check_exact_boundaries, zero_for_no_load, r"replicas_needed\(0, 100\) should be 1; got 0"),
+        (L.check_formula, headroom_ignored, r"replicas_needed\(1000, 100, 0.0\) should be 10; got 15.*headroom 0"),
+        (L.check_formula, headroom_on_target, r"replicas_needed\(1000, 100\) should be 15; got 13"),
+        (L.check_formula, headroom_as_usable, r"replicas_needed\(1000, 100\) should be 15; got 34"),
+        (L.check_formula, numpy_float, r"should return an int .*got np.float64\(15.0\) \(float64\)"),
+        (L.check_max_replicas, clamps, r"max_replicas=14\) returned 14: the target needs 15 replicas"),
+        (L.check_max_replicas, none_beyond_max, r"returned None: the target needs 15 replicas"),
+        (L.check_max_replicas, max_off_by_one, r"raised ValueError: .*max_replicas=15"),
+        (L.check_max_replicas, vague_limit_error, r"should say how many replicas the target needs \(15\)"),
+        (L.check_nonsense, no_validation, r"replicas_needed\(-5, 100\) returned 1"),
+        (L.check_nonsense, validation_misses_nan, r"replicas_needed\(nan, 100\) returned 1.*NaN compares False"),
+        (L.check_nonsense, unnamed_errors, r"message should name 'target_rps'"),
+        (L.check_nonsense, headroom_up_to_one, r"replicas_needed\(100, 50, 1.0\) raised ZeroDivisionError"),
+        (L.check_direction, truncates, r"replicas_needed\(69, 100\) should be 1; got 0|should be 2; got 1"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -271,15 +281,26 @@ def python_numbers_only(target_rps, per_replica_rps, headroom=0.3, max_replicas=
     return replicas_needed(target_rps, per_replica_rps, headroom, max_replicas)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_max_replicas, limit_zero_is_no_limit, r"max_replicas=0\) returned 1.*0 is a limit, not 'no limit'"),
-    (L.check_nonsense, headroom_range_misses_nan, r"replicas_needed\(100, 50, nan\) raised ValueError.*should name "
-                                                  r"'headroom'"),
-    (L.check_nonsense, infinite_target_overflows, r"replicas_needed\(inf, 100\) raised OverflowError.*names "
-                                                  r"'target_rps'"),
-    (L.check_nonsense, infinite_capacity_is_one, r"replicas_needed\(100, inf\) returned 1"),
-    (L.check_max_replicas, python_numbers_only, r"np.int64\(100\).* raised TypeError.*numpy"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_max_replicas, limit_zero_is_no_limit, r"max_replicas=0\) returned 1.*0 is a limit, not 'no limit'"),
+        (
+            L.check_nonsense,
+            headroom_range_misses_nan,
+            r"replicas_needed\(100, 50, nan\) raised ValueError.*should name "
+            r"'headroom'",
+        ),
+        (
+            L.check_nonsense,
+            infinite_target_overflows,
+            r"replicas_needed\(inf, 100\) raised OverflowError.*names "
+            r"'target_rps'",
+        ),
+        (L.check_nonsense, infinite_capacity_is_one, r"replicas_needed\(100, inf\) returned 1"),
+        (L.check_max_replicas, python_numbers_only, r"np.int64\(100\).* raised TypeError.*numpy"),
+    ],
+)
 def test_boundaries_and_types_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

@@ -25,6 +25,7 @@ on an array, a list back, a constant peak; the direction reversed, the ridge poi
 integer division, a ridge with GFLOP/s converted but GB/s not, a constant ridge, other words); each is rejected
 with the message that names it.
 """
+
 import numpy as np
 import pytest
 
@@ -151,26 +152,45 @@ def test_the_ridge_cases_are_exact():
     assert 400 / 100 == 200.0 / 50.0 and 50.0 * (400 / 100) == 200.0
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_attainable_scalar, att_max, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 200"),
-    (L.check_attainable_scalar, att_memory_roof_only, r"intensity 8.0 .*right of the ridge: the peak.*got 400"),
-    (L.check_attainable_scalar, att_peak_only, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 200"),
-    (L.check_attainable_scalar, att_gibibytes, r"attainable is 25 GFLOP/s; got 26.8435\. Those are GiB/s"),
-    (L.check_attainable_scalar, att_unit_mixup, r"attainable is 25 GFLOP/s; got 2.5e\+10\. That is 1e9 times too much"),
-    (L.check_attainable_scalar, att_fixed_peak, r"a GPU .*use the peak and bandwidth you are given"),
-    (L.check_attainable_scalar, att_divides, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 100"),
-    (L.check_attainable_array, att_python_min, r"a 1-D array of intensities: your function raised ValueError.*element by element"),
-    (L.check_attainable_array, att_list, r"should give a numpy array back; got list"),
-    (L.check_attainable_array, att_flat, r"a 3 x 4 array of shape \(3, 4\) should give an array of the same shape; got \(12,\)"),
-    (L.check_attainable_array, att_in_place, r"changed the array of intensities"),
-    (L.check_bound, bound_reversed, r"1 FLOP per byte, far left of the ridge at 4.*is memory-bound; got 'compute'"),
-    (L.check_bound, bound_ridge_is_memory, r"exactly at the ridge .*is compute-bound; got 'memory'"),
-    (L.check_bound, bound_floor_division, r"3\.5 FLOP per byte.*rounding down"),
-    (L.check_bound, bound_half_converted, r"10 FLOP per byte, right of the ridge at 4.*compute-bound; got 'memory'"),
-    (L.check_bound, bound_fixed_ridge, r"the same 1024 x 1024 matmul .* on a GPU.*the ridge comes from"),
-    (L.check_bound, bound_vs_peak, r"10 FLOP per byte, right of the ridge at 4.*compute-bound; got 'memory'"),
-    (L.check_bound, bound_words, r"exactly 'memory' or 'compute'; got 'memory-bound'"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_attainable_scalar, att_max, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 200"),
+        (L.check_attainable_scalar, att_memory_roof_only, r"intensity 8.0 .*right of the ridge: the peak.*got 400"),
+        (L.check_attainable_scalar, att_peak_only, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 200"),
+        (L.check_attainable_scalar, att_gibibytes, r"attainable is 25 GFLOP/s; got 26.8435\. Those are GiB/s"),
+        (
+            L.check_attainable_scalar,
+            att_unit_mixup,
+            r"attainable is 25 GFLOP/s; got 2.5e\+10\. That is 1e9 times too much",
+        ),
+        (L.check_attainable_scalar, att_fixed_peak, r"a GPU .*use the peak and bandwidth you are given"),
+        (L.check_attainable_scalar, att_divides, r"intensity 0.5 .*attainable is 25 GFLOP/s; got 100"),
+        (
+            L.check_attainable_array,
+            att_python_min,
+            r"a 1-D array of intensities: your function raised ValueError.*element by element",
+        ),
+        (L.check_attainable_array, att_list, r"should give a numpy array back; got list"),
+        (
+            L.check_attainable_array,
+            att_flat,
+            r"a 3 x 4 array of shape \(3, 4\) should give an array of the same shape; got \(12,\)",
+        ),
+        (L.check_attainable_array, att_in_place, r"changed the array of intensities"),
+        (L.check_bound, bound_reversed, r"1 FLOP per byte, far left of the ridge at 4.*is memory-bound; got 'compute'"),
+        (L.check_bound, bound_ridge_is_memory, r"exactly at the ridge .*is compute-bound; got 'memory'"),
+        (L.check_bound, bound_floor_division, r"3\.5 FLOP per byte.*rounding down"),
+        (
+            L.check_bound,
+            bound_half_converted,
+            r"10 FLOP per byte, right of the ridge at 4.*compute-bound; got 'memory'",
+        ),
+        (L.check_bound, bound_fixed_ridge, r"the same 1024 x 1024 matmul .* on a GPU.*the ridge comes from"),
+        (L.check_bound, bound_vs_peak, r"10 FLOP per byte, right of the ridge at 4.*compute-bound; got 'memory'"),
+        (L.check_bound, bound_words, r"exactly 'memory' or 'compute'; got 'memory-bound'"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -200,11 +220,14 @@ def bound_ridge_floored(flops, nbytes, peak, bw):
     return "memory" if flops / nbytes < peak // bw else "compute"
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_attainable_scalar, att_whole_gflops, r"intensity 1.37 .*attainable is 68.5 GFLOP/s; got 68"),
-    (L.check_bound, bound_floor_both, r"16 FLOP over 5 bytes is 3.2 .*divide with /, not //"),
-    (L.check_bound, bound_ridge_floored, r"16 FLOP over 5 bytes is 3.2 .*memory-bound; got 'compute'"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_attainable_scalar, att_whole_gflops, r"intensity 1.37 .*attainable is 68.5 GFLOP/s; got 68"),
+        (L.check_bound, bound_floor_both, r"16 FLOP over 5 bytes is 3.2 .*divide with /, not //"),
+        (L.check_bound, bound_ridge_floored, r"16 FLOP over 5 bytes is 3.2 .*memory-bound; got 'compute'"),
+    ],
+)
 def test_answers_that_are_not_whole_numbers(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (accuracy over every request, degraded
 only 5xx counted as errors, "degraded": False taken as degraded, 1.0 or a crash with nothing answered, zip
 silently truncating mismatched lengths, rates over the answered requests only, ...).
 """
+
 import math
 
 import pytest
@@ -30,8 +31,12 @@ def service_report(answers, labels):
     degraded = sum(1 for a in answers if isinstance(a, dict) and a.get("degraded"))
     scored = [(a["label"], y) for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded")]
     nan = float("nan")
-    return {"n": n, "error_rate": errors / n if n else nan, "degraded_rate": degraded / n if n else nan,
-            "accuracy": sum(p == y for p, y in scored) / len(scored) if scored else nan}
+    return {
+        "n": n,
+        "error_rate": errors / n if n else nan,
+        "degraded_rate": degraded / n if n else nan,
+        "accuracy": sum(p == y for p, y in scored) / len(scored) if scored else nan,
+    }
 
 
 def service_report_alt(answers, labels):
@@ -48,9 +53,12 @@ def service_report_alt(answers, labels):
             counts["ok"] += 1
             counts["right"] += int(a["label"] == y)
     n = len(answers)
-    return {"n": n, "error_rate": counts["error"] / n if n else math.nan,
-            "degraded_rate": counts["degraded"] / n if n else math.nan,
-            "accuracy": counts["right"] / counts["ok"] if counts["ok"] else math.nan}
+    return {
+        "n": n,
+        "error_rate": counts["error"] / n if n else math.nan,
+        "degraded_rate": counts["degraded"] / n if n else math.nan,
+        "accuracy": counts["right"] / counts["ok"] if counts["ok"] else math.nan,
+    }
 
 
 def _with(**fields):
@@ -59,6 +67,7 @@ def _with(**fields):
         for k, f in fields.items():
             out[k] = f(answers, labels, out)
         return out
+
     return wrong
 
 
@@ -152,20 +161,27 @@ def test_right_answers_pass():
         L.check_edges(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_rates, only_5xx, r"400 and 429 count, not only 5xx\): error_rate 0.3; got 0.1"),
-    (L.check_rates, degraded_key_present, r"\"degraded\": False is an ordinary answer\): degraded_rate 0.2; got 0.3"),
-    (L.check_rates, rates_over_answered, r"error_rate 0.3; got 0.428"),
-    (L.check_rates, counts_not_rates, r"error_rate 0.3; got 3"),
-    (L.check_rates, pops_errors, "changed the answers or labels it was given"),
-    (L.check_accuracy, accuracy_over_all, r"accuracy 0.8; got 0.4"),
-    (L.check_accuracy, degraded_scored_as_wrong, r"accuracy 0.8; got 0.571"),
-    (L.check_edges, perfect_when_nothing_answered, r"every request failed.*never 1.0 or 0.0; got 1.0"),
-    (L.check_edges, crashes_when_nothing_answered, r"every request failed.*your code raised ZeroDivisionError"),
-    (L.check_edges, zero_rates_when_empty, r"no requests: there is no rate of anything"),
-    (L.check_edges, zip_truncates, r"2 answers and 1 labels: the lengths differ.*raise ValueError.*; it returned"),
-    (L.check_edges, wrong_error_type, r"raise ValueError naming both lengths.*your code raised IndexError"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_rates, only_5xx, r"400 and 429 count, not only 5xx\): error_rate 0.3; got 0.1"),
+        (
+            L.check_rates,
+            degraded_key_present,
+            r"\"degraded\": False is an ordinary answer\): degraded_rate 0.2; got 0.3",
+        ),
+        (L.check_rates, rates_over_answered, r"error_rate 0.3; got 0.428"),
+        (L.check_rates, counts_not_rates, r"error_rate 0.3; got 3"),
+        (L.check_rates, pops_errors, "changed the answers or labels it was given"),
+        (L.check_accuracy, accuracy_over_all, r"accuracy 0.8; got 0.4"),
+        (L.check_accuracy, degraded_scored_as_wrong, r"accuracy 0.8; got 0.571"),
+        (L.check_edges, perfect_when_nothing_answered, r"every request failed.*never 1.0 or 0.0; got 1.0"),
+        (L.check_edges, crashes_when_nothing_answered, r"every request failed.*your code raised ZeroDivisionError"),
+        (L.check_edges, zero_rates_when_empty, r"no requests: there is no rate of anything"),
+        (L.check_edges, zip_truncates, r"2 answers and 1 labels: the lengths differ.*raise ValueError.*; it returned"),
+        (L.check_edges, wrong_error_type, r"raise ValueError naming both lengths.*your code raised IndexError"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -204,9 +220,12 @@ def fallback_by_its_label(answers, labels):
     n = len(answers)
     errors, fallback = _kinds(answers, by_label=True)
     scored = [a["label"] == y for a, y in zip(answers, labels) if isinstance(a, dict) and a["label"] != "unknown"]
-    return {"n": n, "error_rate": len(errors) / n if n else math.nan,
-            "degraded_rate": len(fallback) / n if n else math.nan,
-            "accuracy": sum(scored) / len(scored) if scored else math.nan}
+    return {
+        "n": n,
+        "error_rate": len(errors) / n if n else math.nan,
+        "degraded_rate": len(fallback) / n if n else math.nan,
+        "accuracy": sum(scored) / len(scored) if scored else math.nan,
+    }
 
 
 def right_fallbacks_count(answers, labels):
@@ -234,12 +253,19 @@ def vague_length_error(answers, labels):
     return service_report(answers, labels)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_rates, fallback_by_its_label, r"majority label.*degraded_rate is 3/8 = 0.375.*whatever their label"),
-    (L.check_accuracy, right_fallbacks_count, r"majority label.*accuracy over the model's 4 ordinary answers is 2/4"),
-    (L.check_edges, empty_first, r"0 answers and 1 labels: the lengths differ"),
-    (L.check_edges, vague_length_error, r"should give both lengths, 2 and 1"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_rates, fallback_by_its_label, r"majority label.*degraded_rate is 3/8 = 0.375.*whatever their label"),
+        (
+            L.check_accuracy,
+            right_fallbacks_count,
+            r"majority label.*accuracy over the model's 4 ordinary answers is 2/4",
+        ),
+        (L.check_edges, empty_first, r"0 answers and 1 labels: the lengths differ"),
+        (L.check_edges, vague_length_error, r"should give both lengths, 2 and 1"),
+    ],
+)
 def test_data_that_hid_a_mistake_now_shows_it(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

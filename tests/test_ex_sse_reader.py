@@ -17,6 +17,7 @@ never reset, events with no data dispatched, the unfinished last event kept, the
 first event, None as the default name, comments taken as fields, lines found with str.splitlines(), a CR at a
 chunk's end held until the next chunk, and a CR at a chunk's end forgotten.
 """
+
 import re
 
 import pytest
@@ -27,10 +28,21 @@ from ailab.labs import ex_sse_reader as L
 LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def reader(chunks, *, split=LINE_END.split, decode=lambda b: b.decode("utf-8", errors="replace"), crlf_join=True,
-           value_of=lambda v: v[1:] if v.startswith(" ") else v, field_split=lambda line: line.partition(":")[::2],
-           keep_all_data=True, reset_name=True, need_data=True, flush_at_end=False, default="message",
-           comments=True):
+def reader(
+    chunks,
+    *,
+    split=LINE_END.split,
+    decode=lambda b: b.decode("utf-8", errors="replace"),
+    crlf_join=True,
+    value_of=lambda v: v[1:] if v.startswith(" ") else v,
+    field_split=lambda line: line.partition(":")[::2],
+    keep_all_data=True,
+    reset_name=True,
+    need_data=True,
+    flush_at_end=False,
+    default="message",
+    comments=True,
+):
     """The right reader with each rule a parameter, so a wrong answer changes exactly one of them."""
     pending, name, data, after_cr = b"", "", [], False
     for chunk in chunks:
@@ -94,7 +106,7 @@ def right_by_characters(chunks):
 
 
 def per_chunk(chunks):
-    for chunk in chunks:                 # each chunk framed on its own: lines cut at a chunk's end are lost
+    for chunk in chunks:  # each chunk framed on its own: lines cut at a chunk's end are lost
         yield from reader([chunk])
 
 
@@ -111,7 +123,9 @@ def crlf_split_in_two(chunks):
 
 
 def needs_the_space(chunks):
-    yield from reader(chunks, field_split=lambda line: line.split(": ", 1) if ": " in line else (line, ""), value_of=lambda v: v)
+    yield from reader(
+        chunks, field_split=lambda line: line.split(": ", 1) if ": " in line else (line, ""), value_of=lambda v: v
+    )
 
 
 def strips_the_value(chunks):
@@ -152,8 +166,11 @@ def none_as_default_name(chunks):
 
 
 def comments_are_fields(chunks):
-    yield from reader(chunks, comments=False, field_split=lambda line: line.partition(":")[::2] if not line.startswith(":")
-                      else ("data", line[1:]))
+    yield from reader(
+        chunks,
+        comments=False,
+        field_split=lambda line: line.partition(":")[::2] if not line.startswith(":") else ("data", line[1:]),
+    )
 
 
 # Issue 30's classes, each a reader that passes when the test data hides it.
@@ -201,7 +218,7 @@ def cr_at_chunk_end_ignored(chunks):
     fixed = []
     for chunk in chunks:
         if carry and not chunk.startswith(b"\n"):
-            chunk = chunk                     # the \r that ended the last chunk is forgotten: no line end
+            chunk = chunk  # the \r that ended the last chunk is forgotten: no line end
         carry = chunk.endswith(b"\r")
         fixed.append(chunk[:-1] if carry else chunk)
     yield from reader(fixed)
@@ -275,11 +292,17 @@ def test_the_server_stream_helper_writes_what_the_route_sends():
     from ailab.server.llm_engine import GenerationEngine
 
     engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=16, block_size=16, name="ailab-gpt-1m")
-    body = {"prompt": "abc", "max_tokens": 12, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": "abc",
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with start_in_thread(create_app(generation=engine)) as server:
-        raw = httpx.post(server.url + "/v1/completions", json=body, timeout=30,
-                         headers={"X-Request-Id": "req-1"}).content
+        raw = httpx.post(
+            server.url + "/v1/completions", json=body, timeout=30, headers={"X-Request-Id": "req-1"}
+        ).content
     events = [e for e in right([raw])]
     chunks = [json.loads(d) for _, d in events[:-2]]
     assert events[-1] == ("message", "[DONE]") and json.loads(events[-2][1])["usage"]["completion_tokens"] == 12

@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (a mean for a median, the upper middle
 the means or of the raw sums, percent for fractions, hard-coded stage names, the smallest stage as dominant,
 the last of a tie, an empty stage skipped or reported as 0, samples sorted in place, ...).
 """
+
 import statistics
 
 import numpy as np
@@ -190,27 +191,30 @@ def test_right_answers_pass():
         E.check_errors(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (E.check_medians, report_mean, r"should be their median, 1\.1.*moves a mean"),
-    (E.check_medians, report_upper_middle, "mean of the two middle values"),
-    (E.check_medians, report_numpy_scalar_median_of_percentile, "mean of the two middle values"),
-    (E.check_medians, report_unsorted_middle, r"should be their median, 1\.1; got 0\.9"),
-    (E.check_medians, report_fixed_stages, "your code raised KeyError"),
-    (E.check_medians, report_sorts_in_place, "changed the samples it was given"),
-    (E.check_shares, report_mean, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
-    (E.check_shares, report_shares_of_raw_sums, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
-    (E.check_shares, report_percent, "fractions in 0..1"),
-    (E.check_shares, report_share_of_largest, "should sum to 1"),
-    (E.check_shares, report_dominant_smallest, "dominant should be 'forward'"),
-    (E.check_shares, report_dominant_by_mean, "dominant should be 'forward'"),
-    (E.check_shares, report_dominant_last_on_tie, r"first of the tied stages.*got 'c'"),
-    (E.check_shares, report_dominant_share_value, "dominant should be 'forward'; got 0.75"),
-    (E.check_errors, report_skips_empty, r"has an empty list of samples: raise ValueError.*; it returned"),
-    (E.check_errors, report_zero_for_empty, r"has an empty list of samples: raise ValueError.*; it returned"),
-    (E.check_errors, report_empty_without_name, "the ValueError should name it"),
-    (E.check_errors, report_key_error, r"raise ValueError naming the stage.*your code raised KeyError"),
-    (E.check_errors, report_empty_dict_ok, r"stage_report\(\{\}\), no stages at all: .*it returned"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (E.check_medians, report_mean, r"should be their median, 1\.1.*moves a mean"),
+        (E.check_medians, report_upper_middle, "mean of the two middle values"),
+        (E.check_medians, report_numpy_scalar_median_of_percentile, "mean of the two middle values"),
+        (E.check_medians, report_unsorted_middle, r"should be their median, 1\.1; got 0\.9"),
+        (E.check_medians, report_fixed_stages, "your code raised KeyError"),
+        (E.check_medians, report_sorts_in_place, "changed the samples it was given"),
+        (E.check_shares, report_mean, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
+        (E.check_shares, report_shares_of_raw_sums, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
+        (E.check_shares, report_percent, "fractions in 0..1"),
+        (E.check_shares, report_share_of_largest, "should sum to 1"),
+        (E.check_shares, report_dominant_smallest, "dominant should be 'forward'"),
+        (E.check_shares, report_dominant_by_mean, "dominant should be 'forward'"),
+        (E.check_shares, report_dominant_last_on_tie, r"first of the tied stages.*got 'c'"),
+        (E.check_shares, report_dominant_share_value, "dominant should be 'forward'; got 0.75"),
+        (E.check_errors, report_skips_empty, r"has an empty list of samples: raise ValueError.*; it returned"),
+        (E.check_errors, report_zero_for_empty, r"has an empty list of samples: raise ValueError.*; it returned"),
+        (E.check_errors, report_empty_without_name, "the ValueError should name it"),
+        (E.check_errors, report_key_error, r"raise ValueError naming the stage.*your code raised KeyError"),
+        (E.check_errors, report_empty_dict_ok, r"stage_report\(\{\}\), no stages at all: .*it returned"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

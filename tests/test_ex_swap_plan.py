@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (the old version not counted, the new 
 model evicted, most recently used first, biggest first, an off-by-one at the budget, a refusal returned or of the
 wrong type, a constant budget, the caller's list mutated, a first load that crashes, ...).
 """
+
 import pytest
 
 from ailab.labs import LabCheckFailed
@@ -24,8 +25,10 @@ from ailab.server.registry import SwapRefusedError
 def swap_plan(loaded, swapping, new_bytes, budget):
     sizes = dict(loaded)
     if sizes.get(swapping, 0) + new_bytes > budget:
-        raise SwapRefusedError(f"{swapping}: old ({sizes.get(swapping, 0)} bytes) and new ({new_bytes} bytes) "
-                               f"versions exceed the budget of {budget} bytes")
+        raise SwapRefusedError(
+            f"{swapping}: old ({sizes.get(swapping, 0)} bytes) and new ({new_bytes} bytes) "
+            f"versions exceed the budget of {budget} bytes"
+        )
     used = sum(sizes.values()) + new_bytes
     evict = []
     for name, n in loaded:
@@ -44,8 +47,9 @@ def swap_plan_alt(loaded, swapping, new_bytes, budget):
     for k in range(len(others) + 1):
         if old + new_bytes + sum(b for _, b in others[k:]) <= budget:
             return [n for n, _ in others[:k]]
-    raise SwapRefusedError(f"{old / 2**20:g} MiB old + {new_bytes / 2**20:g} MiB new do not fit in "
-                           f"{budget / 2**20:g} MiB")
+    raise SwapRefusedError(
+        f"{old / 2**20:g} MiB old + {new_bytes / 2**20:g} MiB new do not fit in {budget / 2**20:g} MiB"
+    )
 
 
 def forgets_old(loaded, swapping, new_bytes, budget):
@@ -54,8 +58,11 @@ def forgets_old(loaded, swapping, new_bytes, budget):
 
 
 def forgets_new(loaded, swapping, new_bytes, budget):
-    return swap_plan(loaded, swapping, 0, budget) if dict(loaded).get(swapping, 0) + new_bytes <= budget else \
-        swap_plan(loaded, swapping, new_bytes, budget)
+    return (
+        swap_plan(loaded, swapping, 0, budget)
+        if dict(loaded).get(swapping, 0) + new_bytes <= budget
+        else swap_plan(loaded, swapping, new_bytes, budget)
+    )
 
 
 def evicts_swapping(loaded, swapping, new_bytes, budget):
@@ -142,25 +149,44 @@ def test_right_answers_pass():
         L.check_first_load_and_sizes(fn)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_fits, forgets_old, r"budget 800 MiB minus 1 byte: 800 MiB does not fit.*got \[\]"),
-    (L.check_fits, forgets_new, r"one byte under 800 MiB"),
-    (L.check_fits, strict_budget, r"800 MiB fits; evict nothing, got \['a'\]"),
-    (L.check_fits, fixed_budget, r"minus 1 byte: 800 MiB does not fit one byte under 800 MiB.*got \[\]"),
-    (L.check_fits, pops_from_loaded, "changed the `loaded` list it was given"),
-    (L.check_fits, returns_pairs, "should return a list of model names"),
-    (L.check_lru, evicts_swapping, r"the plan evicts 'x', the model being swapped \(least recently used or not\)"),
-    (L.check_lru, most_recent_first, r"the plan is \['old', 'big'\]; got \['new', 'mid', 'big'\]"),
-    (L.check_lru, biggest_first, r"the plan is \['old', 'big'\]; got \['big'\]"),
-    (L.check_lru, evicts_all_others, r"stop as soon as it fits"),
-    (L.check_lru, forgets_old, r"so the plan is \['old', 'big'\]; got \[\]"),
-    (L.check_lru, refuses_when_everything_is_over, "swap_plan refused .* refuse only when the old and new versions"),
-    (L.check_refuses, returns_everything_instead_of_refusing, "raise ailab.server.registry.SwapRefusedError.*; it returned"),
-    (L.check_refuses, raises_value_error, r"raise ailab.server.registry.SwapRefusedError.*your code raised ValueError"),
-    (L.check_refuses, strict_budget, r"swap_plan refused .*exactly the budget|refuse only when|does not give the budget"),
-    (L.check_first_load_and_sizes, first_load_crashes, r"swapping 'c'.*your code raised KeyError"),
-    (L.check_first_load_and_sizes, strict_budget, r"29 GiB fits exactly"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_fits, forgets_old, r"budget 800 MiB minus 1 byte: 800 MiB does not fit.*got \[\]"),
+        (L.check_fits, forgets_new, r"one byte under 800 MiB"),
+        (L.check_fits, strict_budget, r"800 MiB fits; evict nothing, got \['a'\]"),
+        (L.check_fits, fixed_budget, r"minus 1 byte: 800 MiB does not fit one byte under 800 MiB.*got \[\]"),
+        (L.check_fits, pops_from_loaded, "changed the `loaded` list it was given"),
+        (L.check_fits, returns_pairs, "should return a list of model names"),
+        (L.check_lru, evicts_swapping, r"the plan evicts 'x', the model being swapped \(least recently used or not\)"),
+        (L.check_lru, most_recent_first, r"the plan is \['old', 'big'\]; got \['new', 'mid', 'big'\]"),
+        (L.check_lru, biggest_first, r"the plan is \['old', 'big'\]; got \['big'\]"),
+        (L.check_lru, evicts_all_others, r"stop as soon as it fits"),
+        (L.check_lru, forgets_old, r"so the plan is \['old', 'big'\]; got \[\]"),
+        (
+            L.check_lru,
+            refuses_when_everything_is_over,
+            "swap_plan refused .* refuse only when the old and new versions",
+        ),
+        (
+            L.check_refuses,
+            returns_everything_instead_of_refusing,
+            "raise ailab.server.registry.SwapRefusedError.*; it returned",
+        ),
+        (
+            L.check_refuses,
+            raises_value_error,
+            r"raise ailab.server.registry.SwapRefusedError.*your code raised ValueError",
+        ),
+        (
+            L.check_refuses,
+            strict_budget,
+            r"swap_plan refused .*exactly the budget|refuse only when|does not give the budget",
+        ),
+        (L.check_first_load_and_sizes, first_load_crashes, r"swapping 'c'.*your code raised KeyError"),
+        (L.check_first_load_and_sizes, strict_budget, r"29 GiB fits exactly"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -193,12 +219,19 @@ def refusal_names_the_budget_only(loaded, swapping, new_bytes, budget):
         raise SwapRefusedError(f"{swapping}: does not fit in {budget} bytes") from None
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_refuses, first_load_never_refused, r"swapping 'c' to a 900 MiB version.*a first load of 900 MiB is more "
-                                                r"than the whole budget.*it returned \['a', 'b'\]"),
-    (L.check_refuses, refusal_without_sizes, r"does not give the new version and the budget and the old version"),
-    (L.check_refuses, refusal_names_the_budget_only, r"does not give the new version and the old version"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            L.check_refuses,
+            first_load_never_refused,
+            r"swapping 'c' to a 900 MiB version.*a first load of 900 MiB is more "
+            r"than the whole budget.*it returned \['a', 'b'\]",
+        ),
+        (L.check_refuses, refusal_without_sizes, r"does not give the new version and the budget and the old version"),
+        (L.check_refuses, refusal_names_the_budget_only, r"does not give the new version and the old version"),
+    ],
+)
 def test_boundaries_and_messages_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

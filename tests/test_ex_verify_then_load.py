@@ -14,6 +14,7 @@ Each wrong answer is one class of mistake (parse before verifying, with an unsaf
 and then load unsafely; read the whole file; hash only the first chunk; a case-sensitive, prefix or
 substring comparison; an error that names nothing, of the wrong type, or swallowed; bytes returned, ...).
 """
+
 import hashlib
 import pickle
 from pathlib import Path
@@ -210,26 +211,36 @@ def test_right_answers_pass(fn):
     assert not E.TRIPPED
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (E.check_loads_trusted_file, case_sensitive, "your code raised WeightsIntegrityError"),
-    (E.check_loads_trusted_file, first_chunk_only, "your code raised WeightsIntegrityError"),
-    (E.check_loads_trusted_file, returns_bytes, "returned the file's bytes"),
-    (E.check_loads_trusted_file, returns_nothing, "returned None"),
-    (E.check_refuses_mismatch, load_then_verify, "the refusal came after the file was unpickled - the payload ran"),
-    (E.check_refuses_mismatch, safe_load_then_verify, "the parser's refusal: the file was parsed before its hash"),
-    (E.check_refuses_mismatch, value_error, "raise ailab.models.WeightsIntegrityError; your code raised ValueError"),
-    (E.check_refuses_mismatch, silent_message, r"should name the file \(evil.pt\)"),
-    (E.check_refuses_mismatch, message_without_file, r"should name the file \(evil.pt\)"),
-    (E.check_refuses_mismatch, prefix_compare, "an empty expected digest: verify_then_load returned"),
-    (E.check_refuses_mismatch, substring_compare, "an empty expected digest: verify_then_load returned"),
-    (E.check_refuses_mismatch, short_compare, "differs from the file's in its last character only: verify_then_load "
-                                              "returned"),
-    (E.check_weights_only, verify_then_unsafe_load, "was loaded and its payload ran"),
-    (E.check_weights_only, verify_then_pickle, "was loaded and its payload ran"),
-    (E.check_weights_only, wraps_unpickling, "yet verify_then_load raised WeightsIntegrityError"),
-    (E.check_missing_and_large, swallows_missing, "a missing file, its path given as a Path: .*it returned None"),
-    (E.check_missing_and_large, whole_file, "took 32 MiB of Python memory at its peak"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (E.check_loads_trusted_file, case_sensitive, "your code raised WeightsIntegrityError"),
+        (E.check_loads_trusted_file, first_chunk_only, "your code raised WeightsIntegrityError"),
+        (E.check_loads_trusted_file, returns_bytes, "returned the file's bytes"),
+        (E.check_loads_trusted_file, returns_nothing, "returned None"),
+        (E.check_refuses_mismatch, load_then_verify, "the refusal came after the file was unpickled - the payload ran"),
+        (E.check_refuses_mismatch, safe_load_then_verify, "the parser's refusal: the file was parsed before its hash"),
+        (
+            E.check_refuses_mismatch,
+            value_error,
+            "raise ailab.models.WeightsIntegrityError; your code raised ValueError",
+        ),
+        (E.check_refuses_mismatch, silent_message, r"should name the file \(evil.pt\)"),
+        (E.check_refuses_mismatch, message_without_file, r"should name the file \(evil.pt\)"),
+        (E.check_refuses_mismatch, prefix_compare, "an empty expected digest: verify_then_load returned"),
+        (E.check_refuses_mismatch, substring_compare, "an empty expected digest: verify_then_load returned"),
+        (
+            E.check_refuses_mismatch,
+            short_compare,
+            "differs from the file's in its last character only: verify_then_load returned",
+        ),
+        (E.check_weights_only, verify_then_unsafe_load, "was loaded and its payload ran"),
+        (E.check_weights_only, verify_then_pickle, "was loaded and its payload ran"),
+        (E.check_weights_only, wraps_unpickling, "yet verify_then_load raised WeightsIntegrityError"),
+        (E.check_missing_and_large, swallows_missing, "a missing file, its path given as a Path: .*it returned None"),
+        (E.check_missing_and_large, whole_file, "took 32 MiB of Python memory at its peak"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -285,13 +296,24 @@ def missing_str_path_crashes(path, expected_sha256):
     return verify_then_load(path, expected_sha256)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (E.check_refuses_mismatch, names_the_file_by_path_name, r"its path given as a str.*your code raised "
-                                                            r"AttributeError"),
-    (E.check_loads_trusted_file, one_big_read, r"your code raised WeightsIntegrityError"),
-    (E.check_missing_and_large, one_read_of_the_whole_size, r"took 32 MiB of Python memory"),
-    (E.check_missing_and_large, missing_str_path_crashes, r"a missing file, its path given as a str.*AttributeError"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            E.check_refuses_mismatch,
+            names_the_file_by_path_name,
+            r"its path given as a str.*your code raised "
+            r"AttributeError",
+        ),
+        (E.check_loads_trusted_file, one_big_read, r"your code raised WeightsIntegrityError"),
+        (E.check_missing_and_large, one_read_of_the_whole_size, r"took 32 MiB of Python memory"),
+        (
+            E.check_missing_and_large,
+            missing_str_path_crashes,
+            r"a missing file, its path given as a str.*AttributeError",
+        ),
+    ],
+)
 def test_sizes_and_types_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

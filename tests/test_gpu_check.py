@@ -3,6 +3,7 @@
 On this machine there is no CUDA device, so every CUDA-only section must say why it was skipped, and the
 sections that mean something on a CPU (the estimator, the batching ceiling) must carry figures.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,15 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
-SECTIONS = ("memory_counters", "fragmentation", "estimator", "precision", "batching_ceiling", "vram_timeline",
-            "generation")
+SECTIONS = (
+    "memory_counters",
+    "fragmentation",
+    "estimator",
+    "precision",
+    "batching_ceiling",
+    "vram_timeline",
+    "generation",
+)
 CUDA_ONLY = ("memory_counters", "fragmentation", "precision", "vram_timeline")
 
 
@@ -28,8 +36,14 @@ def cpu_run(tmp_path_factory):
         pytest.skip("a CUDA device is visible: the CPU-mode structure test applies to CPU machines")
     out = tmp_path_factory.mktemp("gpu_check")
     env = dict(os.environ, PY=sys.executable, OUT=str(out), AILAB_GPU_WHEELS=str(out / "no-wheels"))
-    proc = subprocess.run(["bash", str(SCRIPT), "--quick", "--threads", "1"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "--quick", "--threads", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, f"gpu_check.sh exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     path = out / "gpu_check.json"
     assert path.is_file(), f"no {path}; stdout:\n{proc.stdout[-2000:]}"
@@ -88,8 +102,13 @@ def test_generation_measured_on_cpu(cpu_run):
 
 
 def test_wheel_specs_are_pyproject_pins():
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--wheel-specs"],
-                         capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--wheel-specs"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
     pyproject = (REPO / "pyproject.toml").read_text()
     specs = dict(s.split("==") for s in out)
     assert "torch" not in specs  # the device machine's own torch is used, never installed

@@ -2,6 +2,7 @@
 and a CPU rehearsal goes through the device's steps: the bundle's own install step, MiniLM's travelling copy
 where the wheel is hidden, jedi/debugpy/widgetsnbextension absent from the kernel, gpu_check, and nbval over a
 small selection of notebooks, which pass, with their CUDA-only cells saying why they skip."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -53,9 +54,24 @@ def rehearsal(tmp_path_factory):
     env.pop("AILAB_REQUIRE_GPU", None)
     if not (REPO / "build" / "gpu-bundle" / "MANIFEST.json").is_file():
         subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_bundle.py"), "build"], check=True, timeout=600)
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_suite.sh"), "--rehearse", "--jobs", "2", "--budget",
-                           "170", "--only", *REHEARSED], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=200)
+    proc = subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "gpu_suite.sh"),
+            "--rehearse",
+            "--jobs",
+            "2",
+            "--budget",
+            "170",
+            "--only",
+            *REHEARSED,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     summary = json.loads((out / "gpu_suite.json").read_text()) if (out / "gpu_suite.json").is_file() else {}
     log = (out / "gpu_suite.log").read_text() if (out / "gpu_suite.log").is_file() else ""
     return proc, summary, log, out
@@ -98,8 +114,15 @@ def test_the_scheduler_keeps_order_jobs_gpu_exclusivity_and_the_budget(tmp_path,
     from types import SimpleNamespace
 
     Item = gpu_suite.Item
-    plan = (Item("a", 60, True, ""), Item("b", 60, True, ""), Item("c", 60, False, ""), Item("d", 60, False, ""),
-            Item("e", 60, False, ""), Item("f", 60, False, ""), Item("g", 60, False, ""))
+    plan = (
+        Item("a", 60, True, ""),
+        Item("b", 60, True, ""),
+        Item("c", 60, False, ""),
+        Item("d", 60, False, ""),
+        Item("e", 60, False, ""),
+        Item("f", 60, False, ""),
+        Item("g", 60, False, ""),
+    )
     spans, lock = {}, threading.Lock()
 
     def fake(item, limit_s, env, tmp):
@@ -107,8 +130,18 @@ def test_the_scheduler_keeps_order_jobs_gpu_exclusivity_and_the_budget(tmp_path,
         time.sleep(0.5)
         with lock:
             spans[item.path] = (t0, time.perf_counter())
-        return {"path": item.path, "status": "passed", "seconds": 0.5, "limit_s": limit_s, "cells": 1, "passed": 1,
-                "failed": 0, "skipped": 0, "first_failure": None, "log": "ok\n"}
+        return {
+            "path": item.path,
+            "status": "passed",
+            "seconds": 0.5,
+            "limit_s": limit_s,
+            "cells": 1,
+            "passed": 1,
+            "failed": 0,
+            "skipped": 0,
+            "first_failure": None,
+            "log": "ok\n",
+        }
 
     monkeypatch.setattr(gpu_suite, "PLAN", plan)
     monkeypatch.setattr(gpu_suite, "run_one", fake)
@@ -121,5 +154,5 @@ def test_the_scheduler_keeps_order_jobs_gpu_exclusivity_and_the_budget(tmp_path,
     assert spans["c"][0] < a1 and spans["d"][0] < a1, "the others fill the free slots meanwhile, in plan order"
     starts = sorted(t0 for t0, _ in spans.values())
     assert all(sum(s <= t < e for s, e in spans.values()) <= 3 for t in starts), "at most --jobs at once"
-    assert status == {**{k: "passed" for k in "abcdef"}, "g": "not run"}, status   # g's turn came too late
+    assert status == {**{k: "passed" for k in "abcdef"}, "g": "not run"}, status  # g's turn came too late
     assert summary["results"][-1]["why"].endswith("to start)") and summary["counts"]["not run"] == 1

@@ -25,6 +25,7 @@ Each wrong answer is a mistake of a different kind (a wrong field beside right o
 example does not use, a constant where an argument belongs, the sign of a difference, a swallowed error), and
 each must be refused with a message that names what to look at.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -43,7 +44,7 @@ class RightReader(CalibrationDataReader):  # the solution's code
     def get_next(self):
         if self.position >= len(self.X):
             return None
-        rows = self.X[self.position:self.position + self.batch_size]
+        rows = self.X[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         return {"input": np.ascontiguousarray(rows, dtype=np.float32)}
 
@@ -64,7 +65,7 @@ class BufferReader(RightReader):  # also right: reuses one buffer (the calibrato
 
 class NeverEnds(RightReader):  # forgets to return None
     def get_next(self):
-        return {"input": self.X[:self.batch_size].astype(np.float32)}
+        return {"input": self.X[: self.batch_size].astype(np.float32)}
 
 
 class Float64Reader(RightReader):
@@ -95,7 +96,7 @@ class Fixed32(RightReader):  # a constant where the argument belongs
     def get_next(self):
         if self.position >= len(self.X):
             return None
-        rows = self.X[self.position:self.position + 32]
+        rows = self.X[self.position : self.position + 32]
         self.position += 32
         return {"input": rows.astype(np.float32)}
 
@@ -111,7 +112,7 @@ class EmptyLastBatch(RightReader):  # off by one: `>` where `>=` belongs, so a w
     def get_next(self):
         if self.position > len(self.X):
             return None
-        rows = self.X[self.position:self.position + self.batch_size]
+        rows = self.X[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         return {"input": rows.astype(np.float32)}
 
@@ -156,7 +157,7 @@ class OwnIterator(RightReader):  # keeps its cursor outside self.position: rewin
         start = next(self.it, None)
         if start is None:
             return None
-        return {"input": self.X[start:start + self.batch_size].astype(np.float32)}
+        return {"input": self.X[start : start + self.batch_size].astype(np.float32)}
 
 
 class SharedCursor(RightReader):  # a class attribute as the cursor: two readers step on each other
@@ -172,7 +173,7 @@ class SharedCursor(RightReader):  # a class attribute as the cursor: two readers
     def get_next(self):
         if SharedCursor.cursor >= len(self.X):
             return None
-        rows = self.X[SharedCursor.cursor:SharedCursor.cursor + self.batch_size]
+        rows = self.X[SharedCursor.cursor : SharedCursor.cursor + self.batch_size]
         SharedCursor.cursor += self.batch_size
         return {"input": rows.astype(np.float32)}
 
@@ -186,8 +187,12 @@ def right_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # the so
     fp32_acc = float((np.asarray(fp32_predict(X)).argmax(1) == y).mean())
     int8_acc = float((np.asarray(int8_predict(X)).argmax(1) == y).mean())
     drop = (fp32_acc - int8_acc) * 100
-    return {"passed": bool(drop <= max_drop_points + 1e-9), "fp32_accuracy": fp32_acc, "int8_accuracy": int8_acc,
-            "drop_points": drop}
+    return {
+        "passed": bool(drop <= max_drop_points + 1e-9),
+        "fp32_accuracy": fp32_acc,
+        "int8_accuracy": int8_acc,
+        "drop_points": drop,
+    }
 
 
 def counting_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # also right: counts, raises on no data
@@ -196,8 +201,12 @@ def counting_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # als
     f = int((fp32_predict(X).argmax(axis=-1) == y).sum())
     i = int((int8_predict(X).argmax(axis=-1) == y).sum())
     drop = (f - i) * 100 / len(y)
-    return {"passed": np.bool_(drop <= max_drop_points), "fp32_accuracy": f / len(y), "int8_accuracy": i / len(y),
-            "drop_points": drop}
+    return {
+        "passed": np.bool_(drop <= max_drop_points),
+        "fp32_accuracy": f / len(y),
+        "int8_accuracy": i / len(y),
+        "drop_points": drop,
+    }
 
 
 def agreement_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # baseline = FP32's predictions
@@ -333,6 +342,7 @@ def zip_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # zip() si
         preds = predict(X).argmax(1)
         pairs = list(zip(preds, y))
         return sum(int(p == t) for p, t in pairs) / len(pairs)
+
     f, i = acc(fp32_predict), acc(int8_predict)
     drop = (f - i) * 100
     return {"passed": drop <= max_drop_points + 1e-9, "fp32_accuracy": f, "int8_accuracy": i, "drop_points": drop}
@@ -351,7 +361,9 @@ def string_verdict_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5): 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     tc = models.digits_mlp(epochs=5)
-    path = engine.export_onnx(tc.model, torch.from_numpy(tc.split.X_train[:4]), tmp_path_factory.mktemp("g") / "d.onnx").path
+    path = engine.export_onnx(
+        tc.model, torch.from_numpy(tc.split.X_train[:4]), tmp_path_factory.mktemp("g") / "d.onnx"
+    ).path
     return tc.split, path
 
 
@@ -371,30 +383,39 @@ def test_other_right_reader_passes():
     lab.check_reader_edges(BufferReader)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (NeverEnds, "never returned None"),
-    (Float64Reader, "should be float32"),
-    (FirstBatchOnly, "should have 32, 32, 32, 4 rows"),
-    (WrongName, r"\{'input': array\}"),
-    (StubReader, "not implemented yet"),
-    (DropsLastPartial, r"should have 32, 32, 32, 4 rows.*yours have 32, 32, 32$"),
-    (SkipsARow, "should have 32, 32, 32, 4 rows"),
-    (Rescales, "other values"),
-    (WrapsAround, "keep returning None"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (NeverEnds, "never returned None"),
+        (Float64Reader, "should be float32"),
+        (FirstBatchOnly, "should have 32, 32, 32, 4 rows"),
+        (WrongName, r"\{'input': array\}"),
+        (StubReader, "not implemented yet"),
+        (DropsLastPartial, r"should have 32, 32, 32, 4 rows.*yours have 32, 32, 32$"),
+        (SkipsARow, "should have 32, 32, 32, 4 rows"),
+        (Rescales, "other values"),
+        (WrapsAround, "keep returning None"),
+    ],
+)
 def test_reader_batches_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_reader_batches(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (Fixed32, r"batch_size=1: the batches should have 1, 1, 1, 1, 1 rows"),
-    (EmptyLastBatch, r"96 rows .* batch_size=32: the batches should have 32, 32, 32 rows.*yours have 32, 32, 32, 0"),
-    (SqueezesOneRow, r"batch_size=1: each batch should have shape \(rows, 64\).*got shape \(64,\)"),
-    (Assumes64Columns, r"45 rows of 13 int64 .*cannot reshape"),
-    (OwnIterator, "after rewind"),
-    (SharedCursor, "two readers used in turn"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (Fixed32, r"batch_size=1: the batches should have 1, 1, 1, 1, 1 rows"),
+        (
+            EmptyLastBatch,
+            r"96 rows .* batch_size=32: the batches should have 32, 32, 32 rows.*yours have 32, 32, 32, 0",
+        ),
+        (SqueezesOneRow, r"batch_size=1: each batch should have shape \(rows, 64\).*got shape \(64,\)"),
+        (Assumes64Columns, r"45 rows of 13 int64 .*cannot reshape"),
+        (OwnIterator, "after rewind"),
+        (SharedCursor, "two readers used in turn"),
+    ],
+)
 def test_reader_edges_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_reader_edges(wrong)
@@ -406,49 +427,58 @@ def test_calibration_check_rejects_stub(digits):
         lab.check_reader_calibrates(StubReader, path, split.X_train[:256], split.X_test, split.y_test)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (agreement_gate, r"fp32_accuracy should be 0\.7; got 0\.4.*passed should be True.*on different rows"),
-    (perfect_baseline_gate, r"fp32_accuracy should be 0\.7; got 1.*not against a perfect score"),
-    (published_baseline_gate, r"FP32 right on 900.*fp32_accuracy should be 0\.9; got 0\.7.*5-point drop must fail"),
-    (stub_gate, "not implemented yet"),
-    (swapped_fields_gate, r"fp32_accuracy should be 0\.9; got 0\.85; int8_accuracy should be 0\.85; got 0\.9"),
-    (copy_paste_gate, r"int8_accuracy should be 0\.85; got 0\.9"),
-    (percent_fields_gate, "not a percentage"),
-    (fixed_n_gate, r"with 250 rows, 10 classes .*fp32_accuracy should be 0\.92; got 0\.23"),
-    (binary_only_gate, "fp32_accuracy should be"),
-    (clipped_gate, r"with 7 rows, 3 classes .*drop_points should be -14\.2857 \(a better INT8"),
-    (abs_gate, r"drop_points should be -14\.2857 \(FP32 minus INT8"),
-    (string_verdict_gate, "passed should be True or False"),
-    (subset_gate, r"fp32_accuracy should be 0\.7; got 1"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (agreement_gate, r"fp32_accuracy should be 0\.7; got 0\.4.*passed should be True.*on different rows"),
+        (perfect_baseline_gate, r"fp32_accuracy should be 0\.7; got 1.*not against a perfect score"),
+        (published_baseline_gate, r"FP32 right on 900.*fp32_accuracy should be 0\.9; got 0\.7.*5-point drop must fail"),
+        (stub_gate, "not implemented yet"),
+        (swapped_fields_gate, r"fp32_accuracy should be 0\.9; got 0\.85; int8_accuracy should be 0\.85; got 0\.9"),
+        (copy_paste_gate, r"int8_accuracy should be 0\.85; got 0\.9"),
+        (percent_fields_gate, "not a percentage"),
+        (fixed_n_gate, r"with 250 rows, 10 classes .*fp32_accuracy should be 0\.92; got 0\.23"),
+        (binary_only_gate, "fp32_accuracy should be"),
+        (clipped_gate, r"with 7 rows, 3 classes .*drop_points should be -14\.2857 \(a better INT8"),
+        (abs_gate, r"drop_points should be -14\.2857 \(FP32 minus INT8"),
+        (string_verdict_gate, "passed should be True or False"),
+        (subset_gate, r"fp32_accuracy should be 0\.7; got 1"),
+    ],
+)
 def test_baseline_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_gate_baseline(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (fixed_threshold_gate, "max_drop_points=2.0 should pass"),
-    (fraction_gate, "a drop of 0.6 points with max_drop_points=0.5 should fail"),
-    (stub_gate, "not implemented yet"),
-    (strict_gate, r"the drop is 0\.5 points; with max_drop_points=0\.5 the gate should pass"),
-    (no_epsilon_gate, r"the drop is 0\.5 points; with max_drop_points=0\.5 the gate should pass"),
-    (rounding_gate, r"the drop is 0\.54 points.*should fail"),
-    (loose_gate, r"the drop is 0\.55 points.*should fail"),
-    (abs_gate, r"drop of -3 and passes"),
-    (reversed_gate, "should fail"),
-    (default_one_gate, "called without max_drop_points"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (fixed_threshold_gate, "max_drop_points=2.0 should pass"),
+        (fraction_gate, "a drop of 0.6 points with max_drop_points=0.5 should fail"),
+        (stub_gate, "not implemented yet"),
+        (strict_gate, r"the drop is 0\.5 points; with max_drop_points=0\.5 the gate should pass"),
+        (no_epsilon_gate, r"the drop is 0\.5 points; with max_drop_points=0\.5 the gate should pass"),
+        (rounding_gate, r"the drop is 0\.54 points.*should fail"),
+        (loose_gate, r"the drop is 0\.55 points.*should fail"),
+        (abs_gate, r"drop of -3 and passes"),
+        (reversed_gate, "should fail"),
+        (default_one_gate, "called without max_drop_points"),
+    ],
+)
 def test_threshold_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_gate_threshold(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (empty_passes_gate, "no held-out rows"),
-    (swallowing_gate, "int8_predict raised RuntimeError"),
-    (zip_gate, "999 rows of logits for 1000 inputs"),
-    (stub_gate, "not implemented yet"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (empty_passes_gate, "no held-out rows"),
+        (swallowing_gate, "int8_predict raised RuntimeError"),
+        (zip_gate, "999 rows of logits for 1000 inputs"),
+        (stub_gate, "not implemented yet"),
+    ],
+)
 def test_failures_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_gate_failures(wrong)

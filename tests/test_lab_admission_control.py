@@ -25,6 +25,7 @@ Each wrong answer is one class of mistake (a constant instead of the argument, a
 a strict comparison at the deadline, another clock, a queue rebound instead of mutated, ...); each is
 rejected with the message that names it.
 """
+
 import time
 from collections import deque
 
@@ -274,36 +275,47 @@ def test_unbounded_queue_fails_the_overload_check():
         L.check_overload(admit_unbounded, take_batch)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_bound, admit_unbounded, "max_queue=4 but the queue now holds 10"),
-    (L.check_bound, admit_off_by_one, "max_queue=4 but the queue now holds 5"),
-    (L.check_bound, admit_drops_oldest, r"should be \[0, 1, 2, 3, 4\] \(the same Request object, at the back\); it is \[1, 2, 3, 4\]"),
-    (L.check_bound, admit_fixed_bound, r"with max_queue=1 and an empty queue, the first 1 requests should be accepted.*accepted \[0, 1, 2, 3\]"),
-    (L.check_bound, admit_to_front, r"the queue should be \[0, 1\] \(the same Request object, at the back\)"),
-    (L.check_bound, Counter(), "with max_queue=1 and an empty queue.*the queue's own length"),
-    (L.check_bound, admit_append_then_check, "refusal must leave the queue exactly as it was"),
-    (L.check_bound, admit_copies, "not a copy"),
-    (L.check_bound, admit_exactly_full, "over max_queue=3: admit.. must refuse"),
-    (L.check_typed_error_and_recovery, admit_returns_false, "must raise QueueFullError.*returned False"),
-    (L.check_typed_error_and_recovery, Latch(), "after one request left the full queue.*refused request 100"),
-    (L.check_typed_error_and_recovery, admit_wrong_error, "raised ValueError.*raise ailab.batching.QueueFullError"),
-    (L.check_typed_error_and_recovery, admit_waits_for_room, "did not return within 2 s: it waits for room"),
-    (L.check_typed_error_and_recovery, admit_slow_refusal, "to refuse a request into a full queue: refuse at once"),
-    (L.check_typed_error_and_recovery, admit_unbounded, "must raise QueueFullError"),
-    (L.check_deadlines, take_no_deadline, "deadline has passed reached the batch"),
-    (L.check_deadlines, take_expired_counted_in_batch, r"should be requests \[0, 2, 4\]"),
-    (L.check_deadlines, take_lifo, r"should be requests \[0, 2, 4\]"),
-    (L.check_deadlines, take_strict, r"deadline <= now is expired.*expired should be \[0, 2\], got \[2\]"),
-    (L.check_deadlines, take_returns_ids, "should hold the Request objects themselves"),
-    (L.check_deadlines, take_drops_expired_silently, "must be returned as expired"),
-    (L.check_deadlines, take_stops_at_expired, r"should be requests \[0, 2, 4\]"),
-    (L.check_take_batch_arguments, take_wall_clock, "not another clock"),
-    (L.check_take_batch_arguments, take_fixed_size, "max_batch_size=1: the batch should be"),
-    (L.check_take_batch_arguments, take_off_by_one, "max_batch_size=1: the batch should be"),
-    (L.check_take_batch_arguments, take_sweeps_all_expired, "stop popping as soon as the batch is full"),
-    (L.check_take_batch_arguments, take_rebinds, "should stay in the queue you were given"),
-    (L.check_take_batch_arguments, take_one_then_check, "max_batch_size=0 takes nothing"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_bound, admit_unbounded, "max_queue=4 but the queue now holds 10"),
+        (L.check_bound, admit_off_by_one, "max_queue=4 but the queue now holds 5"),
+        (
+            L.check_bound,
+            admit_drops_oldest,
+            r"should be \[0, 1, 2, 3, 4\] \(the same Request object, at the back\); it is \[1, 2, 3, 4\]",
+        ),
+        (
+            L.check_bound,
+            admit_fixed_bound,
+            r"with max_queue=1 and an empty queue, the first 1 requests should be accepted.*accepted \[0, 1, 2, 3\]",
+        ),
+        (L.check_bound, admit_to_front, r"the queue should be \[0, 1\] \(the same Request object, at the back\)"),
+        (L.check_bound, Counter(), "with max_queue=1 and an empty queue.*the queue's own length"),
+        (L.check_bound, admit_append_then_check, "refusal must leave the queue exactly as it was"),
+        (L.check_bound, admit_copies, "not a copy"),
+        (L.check_bound, admit_exactly_full, "over max_queue=3: admit.. must refuse"),
+        (L.check_typed_error_and_recovery, admit_returns_false, "must raise QueueFullError.*returned False"),
+        (L.check_typed_error_and_recovery, Latch(), "after one request left the full queue.*refused request 100"),
+        (L.check_typed_error_and_recovery, admit_wrong_error, "raised ValueError.*raise ailab.batching.QueueFullError"),
+        (L.check_typed_error_and_recovery, admit_waits_for_room, "did not return within 2 s: it waits for room"),
+        (L.check_typed_error_and_recovery, admit_slow_refusal, "to refuse a request into a full queue: refuse at once"),
+        (L.check_typed_error_and_recovery, admit_unbounded, "must raise QueueFullError"),
+        (L.check_deadlines, take_no_deadline, "deadline has passed reached the batch"),
+        (L.check_deadlines, take_expired_counted_in_batch, r"should be requests \[0, 2, 4\]"),
+        (L.check_deadlines, take_lifo, r"should be requests \[0, 2, 4\]"),
+        (L.check_deadlines, take_strict, r"deadline <= now is expired.*expired should be \[0, 2\], got \[2\]"),
+        (L.check_deadlines, take_returns_ids, "should hold the Request objects themselves"),
+        (L.check_deadlines, take_drops_expired_silently, "must be returned as expired"),
+        (L.check_deadlines, take_stops_at_expired, r"should be requests \[0, 2, 4\]"),
+        (L.check_take_batch_arguments, take_wall_clock, "not another clock"),
+        (L.check_take_batch_arguments, take_fixed_size, "max_batch_size=1: the batch should be"),
+        (L.check_take_batch_arguments, take_off_by_one, "max_batch_size=1: the batch should be"),
+        (L.check_take_batch_arguments, take_sweeps_all_expired, "stop popping as soon as the batch is full"),
+        (L.check_take_batch_arguments, take_rebinds, "should stay in the queue you were given"),
+        (L.check_take_batch_arguments, take_one_then_check, "max_batch_size=0 takes nothing"),
+    ],
+)
 def test_wrong_answers_fail(chk, wrong, message):
     if isinstance(wrong, (Latch, Counter)):
         wrong = type(wrong)()
@@ -316,8 +328,9 @@ def test_overload_check_catches_serving_expired_requests():
         L.check_overload(admit, take_no_deadline)
 
 
-@pytest.mark.parametrize("chk", [L.check_bound, L.check_typed_error_and_recovery, L.check_deadlines,
-                                 L.check_take_batch_arguments])
+@pytest.mark.parametrize(
+    "chk", [L.check_bound, L.check_typed_error_and_recovery, L.check_deadlines, L.check_take_batch_arguments]
+)
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed):
         chk(stub)

@@ -24,6 +24,7 @@ run_isolated(fn, items) -> list of ("ok", result) | ("error", exception)
 Each wrong answer is one class of mistake (the window restarts, busy polling, a constant instead of the
 argument, an off-by-one, a swallowed error, ...); each is rejected with the message that names it.
 """
+
 import asyncio
 import time
 
@@ -64,6 +65,7 @@ async def right_drains_first(queue, max_batch_size, max_wait_s):
 
 
 # --- wrong collect_batch, one class of mistake each -------------------------------------------------------
+
 
 async def waits_forever(queue, max_batch_size, max_wait_s):
     return [await queue.get() for _ in range(max_batch_size)]
@@ -211,6 +213,7 @@ async def newest_first(queue, max_batch_size, max_wait_s):
 
 # --- run_isolated ----------------------------------------------------------------------------------------
 
+
 def run_isolated_right(fn, items):
     try:
         return [("ok", r) for r in fn(items)]
@@ -338,7 +341,7 @@ def stops_at_first_bad(fn, items):
                 out.append(("ok", fn([x])[0]))
             except Exception as e:
                 out.append(("error", e))
-                return out + [("ok", r) for r in fn(items[i + 1:])]
+                return out + [("ok", r) for r in fn(items[i + 1 :])]
         return out
 
 
@@ -389,11 +392,21 @@ def stub(*a, **k):
     raise NotImplementedError("write it")
 
 
-COLLECT_CHECKS = [L.check_dispatch_on_size, L.check_dispatch_on_timeout, L.check_never_exceeds_max,
-                  L.check_window_opens_at_first_item, L.check_batches_trickle, L.check_window_does_not_restart,
-                  L.check_idles_while_waiting]
-ISOLATE_CHECKS = [L.check_isolated_success_runs_once, L.check_isolates_bad_item, L.check_isolation_every_item_fails,
-                  L.check_isolation_lets_interrupts_through]
+COLLECT_CHECKS = [
+    L.check_dispatch_on_size,
+    L.check_dispatch_on_timeout,
+    L.check_never_exceeds_max,
+    L.check_window_opens_at_first_item,
+    L.check_batches_trickle,
+    L.check_window_does_not_restart,
+    L.check_idles_while_waiting,
+]
+ISOLATE_CHECKS = [
+    L.check_isolated_success_runs_once,
+    L.check_isolates_bad_item,
+    L.check_isolation_every_item_fails,
+    L.check_isolation_lets_interrupts_through,
+]
 
 
 @pytest.mark.parametrize("impl", [right, right_drains_first])
@@ -408,33 +421,36 @@ def test_right_isolation_passes(chk, impl):
     chk(impl)
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_dispatch_on_size, always_waits, "do not wait out max_wait_s"),
-    (L.check_dispatch_on_size, off_by_one, "do not wait out max_wait_s"),
-    (L.check_dispatch_on_size, fixed_size_8, r"max_batch_size=3 the batch should be the first 3"),
-    (L.check_never_exceeds_max, puts_back_extra, r"must stay queued in order"),
-    (L.check_dispatch_on_timeout, waits_forever, "it waits forever"),
-    (L.check_dispatch_on_timeout, never_batches, "never batches"),
-    (L.check_dispatch_on_timeout, fixed_window, r"max_wait_s=0.9 the partial batch went after"),
-    # A 0.1 ms window sends at once; on a busy machine its timer can even fire before a queued item is handed
-    # over, and the batch comes out short (a stop-19 CI run). Either way it is rejected at max_wait_s=0.1.
-    (L.check_dispatch_on_timeout, window_in_ms, r"max_wait_s=0\.1( the partial batch went after|\); the batch)"),
-    (L.check_never_exceeds_max, drains_everything, r"holds 50 items but max_batch_size=8"),
-    (L.check_never_exceeds_max, off_by_one, r"holds 9 items but max_batch_size=8"),
-    (L.check_never_exceeds_max, fixed_size_8, r"holds 8 items but max_batch_size=1"),
-    (L.check_never_exceeds_max, drops_falsy, "falsy ones included"),
-    (L.check_never_exceeds_max, returns_tuple, "should return a list"),
-    (L.check_window_opens_at_first_item, window_from_call, "empty batch|window must start"),
-    (L.check_window_opens_at_first_item, never_batches, "expected both"),
-    (L.check_window_opens_at_first_item, blocking_poll, "blocked the event loop"),
-    (L.check_window_opens_at_first_item, deadline_before_first, "expected both"),
-    (L.check_dispatch_on_size, newest_first, "in order"),
-    (L.check_batches_trickle, never_batches, "keep waiting for more items"),
-    (L.check_batches_trickle, snapshot_only, "keep waiting for more items"),
-    (L.check_window_does_not_restart, restarts_window, "restarts at every item"),
-    (L.check_window_does_not_restart, never_batches, "keep taking items"),
-    (L.check_idles_while_waiting, busy_polls, "polls instead of sleeping"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (L.check_dispatch_on_size, always_waits, "do not wait out max_wait_s"),
+        (L.check_dispatch_on_size, off_by_one, "do not wait out max_wait_s"),
+        (L.check_dispatch_on_size, fixed_size_8, r"max_batch_size=3 the batch should be the first 3"),
+        (L.check_never_exceeds_max, puts_back_extra, r"must stay queued in order"),
+        (L.check_dispatch_on_timeout, waits_forever, "it waits forever"),
+        (L.check_dispatch_on_timeout, never_batches, "never batches"),
+        (L.check_dispatch_on_timeout, fixed_window, r"max_wait_s=0.9 the partial batch went after"),
+        # A 0.1 ms window sends at once; on a busy machine its timer can even fire before a queued item is handed
+        # over, and the batch comes out short (a stop-19 CI run). Either way it is rejected at max_wait_s=0.1.
+        (L.check_dispatch_on_timeout, window_in_ms, r"max_wait_s=0\.1( the partial batch went after|\); the batch)"),
+        (L.check_never_exceeds_max, drains_everything, r"holds 50 items but max_batch_size=8"),
+        (L.check_never_exceeds_max, off_by_one, r"holds 9 items but max_batch_size=8"),
+        (L.check_never_exceeds_max, fixed_size_8, r"holds 8 items but max_batch_size=1"),
+        (L.check_never_exceeds_max, drops_falsy, "falsy ones included"),
+        (L.check_never_exceeds_max, returns_tuple, "should return a list"),
+        (L.check_window_opens_at_first_item, window_from_call, "empty batch|window must start"),
+        (L.check_window_opens_at_first_item, never_batches, "expected both"),
+        (L.check_window_opens_at_first_item, blocking_poll, "blocked the event loop"),
+        (L.check_window_opens_at_first_item, deadline_before_first, "expected both"),
+        (L.check_dispatch_on_size, newest_first, "in order"),
+        (L.check_batches_trickle, never_batches, "keep waiting for more items"),
+        (L.check_batches_trickle, snapshot_only, "keep waiting for more items"),
+        (L.check_window_does_not_restart, restarts_window, "restarts at every item"),
+        (L.check_window_does_not_restart, never_batches, "keep taking items"),
+        (L.check_idles_while_waiting, busy_polls, "polls instead of sleeping"),
+    ],
+)
 def test_wrong_collect_fails(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
@@ -447,22 +463,29 @@ def test_busy_polling_is_a_real_cpu_cost():
     assert L._collect(busy_polls, feed, 8, 0.6)["cpu"] > 0.15
 
 
-@pytest.mark.parametrize("chk, wrong, message", [
-    (L.check_isolates_bad_item, fail_whole_batch, r"bad item in the middle: statuses should be \['ok', 'ok', 'error'"),
-    (L.check_isolated_success_runs_once, always_one_by_one, "first call of fn should be the whole batch"),
-    (L.check_isolates_bad_item, always_one_by_one, "first call of fn should be the whole batch"),
-    (L.check_isolates_bad_item, carries_batch_error, "should carry the exception fn raised when it ran alone"),
-    (L.check_isolates_bad_item, swallows_errors, r"statuses should be \['ok', 'ok', 'error', 'ok'\]"),
-    (L.check_isolation_every_item_fails, swallows_errors, r"statuses should be \['error', 'error', 'error'\]"),
-    (L.check_isolates_bad_item, catches_only_value_error, "raised RuntimeError"),
-    (L.check_isolates_bad_item, keeps_the_list, "result fn gives for it alone"),
-    (L.check_isolation_lets_interrupts_through, bare_except, "Ctrl-C and SystemExit must stop"),
-    (L.check_isolation_every_item_fails, raises_when_all_fail, "run_isolated raised RuntimeError"),
-    (L.check_isolates_bad_item, stops_at_first_bad, "two bad items: run_isolated raised _ModelError"),
-    (L.check_isolates_bad_item, error_as_text, "its value should be the exception object"),
-    (L.check_isolates_bad_item, errors_at_the_end, "statuses should be"),
-    (L.check_isolated_success_runs_once, assumes_numpy, r"2 items: statuses should be \['ok', 'ok'\]"),
-])
+@pytest.mark.parametrize(
+    "chk, wrong, message",
+    [
+        (
+            L.check_isolates_bad_item,
+            fail_whole_batch,
+            r"bad item in the middle: statuses should be \['ok', 'ok', 'error'",
+        ),
+        (L.check_isolated_success_runs_once, always_one_by_one, "first call of fn should be the whole batch"),
+        (L.check_isolates_bad_item, always_one_by_one, "first call of fn should be the whole batch"),
+        (L.check_isolates_bad_item, carries_batch_error, "should carry the exception fn raised when it ran alone"),
+        (L.check_isolates_bad_item, swallows_errors, r"statuses should be \['ok', 'ok', 'error', 'ok'\]"),
+        (L.check_isolation_every_item_fails, swallows_errors, r"statuses should be \['error', 'error', 'error'\]"),
+        (L.check_isolates_bad_item, catches_only_value_error, "raised RuntimeError"),
+        (L.check_isolates_bad_item, keeps_the_list, "result fn gives for it alone"),
+        (L.check_isolation_lets_interrupts_through, bare_except, "Ctrl-C and SystemExit must stop"),
+        (L.check_isolation_every_item_fails, raises_when_all_fail, "run_isolated raised RuntimeError"),
+        (L.check_isolates_bad_item, stops_at_first_bad, "two bad items: run_isolated raised _ModelError"),
+        (L.check_isolates_bad_item, error_as_text, "its value should be the exception object"),
+        (L.check_isolates_bad_item, errors_at_the_end, "statuses should be"),
+        (L.check_isolated_success_runs_once, assumes_numpy, r"2 items: statuses should be \['ok', 'ok'\]"),
+    ],
+)
 def test_wrong_isolation_fails(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)

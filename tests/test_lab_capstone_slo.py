@@ -24,6 +24,7 @@ choose_settings() -> dict of server settings (check_service_settings, then check
 | errors: type and message | every refusal names the setting and its bound; a misspelt key is named |
 | policy: which item | live: padded defaults, no batching and a long wait each rejected with the reason that fits them |
 """
+
 from __future__ import annotations
 
 import re
@@ -60,15 +61,23 @@ WRONG_VERDICTS = {
     "p95 instead of p99": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p95_ms <= b and r.error_rate <= e, "p95"),
     "hard-coded bounds": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= 500 and r.error_rate <= 0.01, "x"),
     "hard-coded target": lambda r, t, b, e: (r.rps >= 45 and r.stats.p99_ms <= b and r.error_rate <= e, "45 req/s"),
-    "the bound itself is a miss": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms < b and r.error_rate < e,
-                                                      "strict"),
+    "the bound itself is a miss": lambda r, t, b, e: (
+        r.rps >= 0.9 * t and r.stats.p99_ms < b and r.error_rate < e,
+        "strict",
+    ),
     "no slack on throughput": lambda r, t, b, e: (r.rps >= t and r.stats.p99_ms <= b and r.error_rate <= e, "rate"),
-    "throughput against the offered rate": lambda r, t, b, e: (r.rps >= 0.9 * r.rate_rps and r.stats.p99_ms <= b
-                                                               and r.error_rate <= e, "offered"),
-    "no errors allowed at all": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate == 0,
-                                                    "errors"),
-    "no reason when it says no": lambda r, t, b, e: (r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e,
-                                                     ""),
+    "throughput against the offered rate": lambda r, t, b, e: (
+        r.rps >= 0.9 * r.rate_rps and r.stats.p99_ms <= b and r.error_rate <= e,
+        "offered",
+    ),
+    "no errors allowed at all": lambda r, t, b, e: (
+        r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate == 0,
+        "errors",
+    ),
+    "no reason when it says no": lambda r, t, b, e: (
+        r.rps >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e,
+        "",
+    ),
 }
 MESSAGES = {
     "throughput only": r"p99 latency \(result.stats.p99_ms\)",
@@ -104,16 +113,23 @@ def test_official_verdict_agrees_with_the_cases():
         assert lab.official_verdict(result, target, bound, max_errors)[0] == want, name
 
 
-@pytest.mark.parametrize("settings, message", [
-    (None, "return a dict"), ({}, "return a dict"), ({"batch_size": 32}, r"unknown setting\(s\) \['batch_size'\]"),
-    ({"max_batch_size": 0}, "max_batch_size must be a whole number in 1..256"),
-    ({"max_batch_size": True}, "max_batch_size must be a whole number"),
-    ({"max_batch_size": 16.0}, "max_batch_size must be a whole number"),
-    ({"max_wait_ms": -1}, "max_wait_ms must be a number"), ({"max_wait_ms": float("nan")}, "max_wait_ms must be"),
-    ({"max_queue": 0}, r"server refuses these settings: max_queue=0: Input should be greater than or equal to 1"),
-    ({"request_timeout_s": 0}, "request_timeout_s=0"), ({"torch_threads": 0}, "torch_threads=0"),
-    ({"max_queue": True}, r"\['max_queue'\] must be numbers"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (None, "return a dict"),
+        ({}, "return a dict"),
+        ({"batch_size": 32}, r"unknown setting\(s\) \['batch_size'\]"),
+        ({"max_batch_size": 0}, "max_batch_size must be a whole number in 1..256"),
+        ({"max_batch_size": True}, "max_batch_size must be a whole number"),
+        ({"max_batch_size": 16.0}, "max_batch_size must be a whole number"),
+        ({"max_wait_ms": -1}, "max_wait_ms must be a number"),
+        ({"max_wait_ms": float("nan")}, "max_wait_ms must be"),
+        ({"max_queue": 0}, r"server refuses these settings: max_queue=0: Input should be greater than or equal to 1"),
+        ({"request_timeout_s": 0}, "request_timeout_s=0"),
+        ({"torch_threads": 0}, "torch_threads=0"),
+        ({"max_queue": True}, r"\['max_queue'\] must be numbers"),
+    ],
+)
 def test_settings_check_rejects_malformed(settings, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_service_settings(settings)
@@ -148,12 +164,18 @@ def shared_reference(predictor):
     return lab.reference(predictor, fresh=True)
 
 
-@pytest.mark.parametrize("name, settings, match", [
-    ("the server's defaults (tunes nothing): batches padded to their longest text", {"max_queue": 256}, "padded"),
-    ("no batching", {"max_batch_size": 1}, "several requests"),
-    ("a long batch wait, even with like lengths together",
-     {"max_batch_size": 64, "max_wait_ms": 600, "length_bucket_tokens": 16}, "p99"),
-])
+@pytest.mark.parametrize(
+    "name, settings, match",
+    [
+        ("the server's defaults (tunes nothing): batches padded to their longest text", {"max_queue": 256}, "padded"),
+        ("no batching", {"max_batch_size": 1}, "several requests"),
+        (
+            "a long batch wait, even with like lengths together",
+            {"max_batch_size": 64, "max_wait_ms": 600, "length_bucket_tokens": 16},
+            "p99",
+        ),
+    ],
+)
 def test_live_check_rejects_naive_choices(predictor, shared_reference, monkeypatch, name, settings, match):
     # The check judges one live run (retried once on a miss), like a learner's, so its power is statistical:
     # the stated rate sits 1.15x above what the padded defaults serve flat out, measured just before, and
@@ -170,32 +192,36 @@ def test_live_check_rejects_naive_choices(predictor, shared_reference, monkeypat
             except LabCheckFailed as e:
                 assert re.search(match, str(e)), str(e)
                 return
-            passes.append((lab.reference(predictor), any("cannot tell settings apart" in str(w.message)
-                                                          for w in caught)))
+            passes.append(
+                (lab.reference(predictor), any("cannot tell settings apart" in str(w.message) for w in caught))
+            )
     if not any(warned for _, warned in passes):
         pytest.fail(f"{name} met the SLO at the stated rate in two checks ({[ref for ref, _ in passes]})")
-    pytest.skip(f"the check could not tell settings apart by a clear margin here ({passes}) "
-                "and said so; the naive choice met the SLO")
+    pytest.skip(
+        f"the check could not tell settings apart by a clear margin here ({passes}) "
+        "and said so; the naive choice met the SLO"
+    )
 
 
 def test_stated_rate_sits_above_the_naive_choices_and_within_the_reference():
-    assert lab.stated_rate(220.0, 80.0, 100.0) == 132.0              # batching pays well: 0.6 of the reference
-    assert lab.stated_rate(220.0, 92.0, 100.0) == 138.0              # 1.5x one text per pass, where that is more
+    assert lab.stated_rate(220.0, 80.0, 100.0) == 132.0  # batching pays well: 0.6 of the reference
+    assert lab.stated_rate(220.0, 92.0, 100.0) == 138.0  # 1.5x one text per pass, where that is more
     assert lab.stated_rate(212.0, 52.0, 130.0) == round(1.15 * 130)  # Intel Xeon: 1.15x the padded defaults
-    assert lab.stated_rate(160.0, 62.0, 66.0) == 96.0                # beside a busy process: 0.6 again
+    assert lab.stated_rate(160.0, 62.0, 66.0) == 96.0  # beside a busy process: 0.6 again
     assert lab.stated_rate(130.0, 70.0, 60.0) == round(0.75 * 130.0)  # never past 0.75 of the reference
     assert lab.stated_rate(1.0, 0.5) == 5.0
 
 
 def test_reference_is_separable_only_with_room_above_every_naive_choice(monkeypatch):
-    figures = iter([212.0, 130.0, 52.0, 212.0, 150.0, 52.0])   # reference, padded, one per pass; twice
+    figures = iter([212.0, 130.0, 52.0, 212.0, 150.0, 52.0])  # reference, padded, one per pass; twice
     monkeypatch.setattr(lab, "_served_flat_out", lambda *a, **k: next(figures))
     assert lab.reference(object(), fresh=True)["separable"]
-    assert not lab.reference(object(), fresh=True)["separable"]   # 1.15 x 150 > 0.75 x 212
+    assert not lab.reference(object(), fresh=True)["separable"]  # 1.15 x 150 > 0.75 x 212
 
 
-@pytest.mark.parametrize("settings", [{"length_bucket_tokens": 0}, {"length_bucket_tokens": True},
-                                      {"length_bucket_tokens": 8.5}])
+@pytest.mark.parametrize(
+    "settings", [{"length_bucket_tokens": 0}, {"length_bucket_tokens": True}, {"length_bucket_tokens": 8.5}]
+)
 def test_settings_check_rejects_a_malformed_bucket_width(settings):
     with pytest.raises(LabCheckFailed, match="length_bucket_tokens"):
         lab.check_service_settings(settings)

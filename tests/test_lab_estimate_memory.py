@@ -93,8 +93,11 @@ WRONG_PARAM_BYTES = [
     ("bits, not bytes", lambda n, dtype: n * size_of(dtype) * 8, r"That is the answer in bits"),
     ("divided by 8", lambda n, dtype: n * size_of(dtype) // 8, r"parameters in torch.float32 take"),
     ("a table of the four dtypes", lambda n, dtype: n * FOUR_DTYPES[dtype], r"raised KeyError"),
-    ("the table, 4 bytes otherwise", lambda n, dtype: n * FOUR_DTYPES.get(dtype, 4),
-     r"param_bytes\(1, torch.float64\) should be 8 bytes; yours is 4.*notes do not list"),
+    (
+        "the table, 4 bytes otherwise",
+        lambda n, dtype: n * FOUR_DTYPES.get(dtype, 4),
+        r"param_bytes\(1, torch.float64\) should be 8 bytes; yours is 4.*notes do not list",
+    ),
     ("floats 4, the rest 1", lambda n, dtype: n * (4 if dtype.is_floating_point else 1), r"torch.float16 take"),
     ("finfo bits", lambda n, dtype: n * torch.finfo(dtype).bits // 8, r"raised TypeError"),
     ("MiB", lambda n, dtype: n * size_of(dtype) / 2**20, r"a count of bytes is a whole number"),
@@ -162,9 +165,12 @@ def test_wrong_activation_formulas_fail(name, wrong, message):
 
 def test_a_formula_right_only_at_the_notes_shapes_fails():
     """Right for MiniLM's hidden/intermediate, off elsewhere: the shapes no note mentions catch it."""
+
     def only_minilm(b, t, h, i, d):
-        return good_activation_bytes(b, t, h, i, d) + (0 if (h, i) in ((384, 1536), (64, 256), (65, 256), (64, 257))
-                                                       else 1000)
+        return good_activation_bytes(b, t, h, i, d) + (
+            0 if (h, i) in ((384, 1536), (64, 256), (65, 256), (64, 257)) else 1000
+        )
+
     with pytest.raises(LabCheckFailed, match=r"hidden 768, intermediate 3072"):
         lab.check_activation_formula(only_minilm)
 
@@ -183,26 +189,53 @@ def test_wrong_activations_fail_against_measurement(tiny, wrong):
 # --- kv_cache_bytes ----------------------------------------------------------------------------------------------
 
 WRONG_KV = [
-    ("forgot V", lambda c, t, b, d: c.layers * c.kv_heads * c.head_dim * t * b * size_of(d),
-     r"holds 76,800 bytes; yours says 38,400"),
-    ("query heads", lambda c, t, b, d: 2 * c.layers * c.heads * c.head_dim * t * b * size_of(d),
-     r"with 16 query heads instead of 4 .* should stay at your 153,600 bytes; yours gives 614,400"),
-    ("fp16 always", lambda c, t, b, d: 2 * c.layers * c.kv_heads * c.head_dim * t * b * 2,
-     r"torch.bfloat16|torch.float32|torch.int8"),
-    ("forgot the layers", lambda c, t, b, d: 2 * c.kv_heads * c.head_dim * t * b * size_of(d),
-     r"doubling config.layers .* yours gives 25,600. Does your formula use config.layers"),
-    ("max_context for seq_len", lambda c, t, b, d: good_kv(c, c.max_context, b, d),
-     r"doubling seq_len should double the cache.*not config.max_context"),
-    ("Llama-2-7B's shape", lambda c, t, b, d: 2 * 32 * 32 * 128 * t * b * size_of(d),
-     r"doubling config.layers .* Does your formula use config.layers"),
-    ("forgot the batch", lambda c, t, b, d: good_kv(c, t, 1, d),
-     r"doubling batch should double the cache.*Use the batch argument"),
-    ("heads on the wrong side of GQA", lambda c, t, b, d: 2 * c.layers * (c.heads // c.kv_heads) * c.head_dim * t * b
-     * size_of(d), r"doubling config.kv_heads .* yours gives 76,800"),
+    (
+        "forgot V",
+        lambda c, t, b, d: c.layers * c.kv_heads * c.head_dim * t * b * size_of(d),
+        r"holds 76,800 bytes; yours says 38,400",
+    ),
+    (
+        "query heads",
+        lambda c, t, b, d: 2 * c.layers * c.heads * c.head_dim * t * b * size_of(d),
+        r"with 16 query heads instead of 4 .* should stay at your 153,600 bytes; yours gives 614,400",
+    ),
+    (
+        "fp16 always",
+        lambda c, t, b, d: 2 * c.layers * c.kv_heads * c.head_dim * t * b * 2,
+        r"torch.bfloat16|torch.float32|torch.int8",
+    ),
+    (
+        "forgot the layers",
+        lambda c, t, b, d: 2 * c.kv_heads * c.head_dim * t * b * size_of(d),
+        r"doubling config.layers .* yours gives 25,600. Does your formula use config.layers",
+    ),
+    (
+        "max_context for seq_len",
+        lambda c, t, b, d: good_kv(c, c.max_context, b, d),
+        r"doubling seq_len should double the cache.*not config.max_context",
+    ),
+    (
+        "Llama-2-7B's shape",
+        lambda c, t, b, d: 2 * 32 * 32 * 128 * t * b * size_of(d),
+        r"doubling config.layers .* Does your formula use config.layers",
+    ),
+    (
+        "forgot the batch",
+        lambda c, t, b, d: good_kv(c, t, 1, d),
+        r"doubling batch should double the cache.*Use the batch argument",
+    ),
+    (
+        "heads on the wrong side of GQA",
+        lambda c, t, b, d: 2 * c.layers * (c.heads // c.kv_heads) * c.head_dim * t * b * size_of(d),
+        r"doubling config.kv_heads .* yours gives 76,800",
+    ),
     ("bits", lambda c, t, b, d: 8 * good_kv(c, t, b, d), r"yours says 614,400.*in bits"),
     ("GiB", lambda c, t, b, d: good_kv(c, t, b, d) / 2**30, r"a count of bytes is a whole number"),
-    ("a spare token", lambda c, t, b, d: good_kv(c, t + 1, b, d),
-     r"doubling seq_len should double the cache, from your 78,720 to 157,440 bytes; yours gives 155,520"),
+    (
+        "a spare token",
+        lambda c, t, b, d: good_kv(c, t + 1, b, d),
+        r"doubling seq_len should double the cache, from your 78,720 to 157,440 bytes; yours gives 155,520",
+    ),
 ]
 
 
@@ -234,7 +267,11 @@ def test_stubs_fail(tiny):
     def stub(*a, **k):
         raise NotImplementedError("write me")
 
-    for fn, args in ((lab.check_param_bytes, (tiny,)), (lab.check_activation_formula, ()),
-                     (lab.check_activation_measured, (tiny, ((2, 16),))), (lab.check_kv_cache, ())):
+    for fn, args in (
+        (lab.check_param_bytes, (tiny,)),
+        (lab.check_activation_formula, ()),
+        (lab.check_activation_measured, (tiny, ((2, 16),))),
+        (lab.check_kv_cache, ()),
+    ):
         with pytest.raises(LabCheckFailed, match="not implemented yet"):
             fn(stub, *args)

@@ -25,6 +25,7 @@ parity_check(model, onnx_path, batch, tol=1e-4) -> float
 | errors: type and message | AssertionError exactly when the difference exceeds tol; never success for NaN, a shape mismatch (no silent broadcasting) or a file ONNX Runtime cannot load; the model compared in eval mode |
 | policy: which item | which difference: the largest absolute one, not a mean, signed, or over one row |
 """
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -37,23 +38,34 @@ from ailab.labs import lab_export_verify as lab
 # --------------------------------------------------------------------------------------------------- exports
 def _export(model, sample, path, axes, cast=None, **kwargs):
     dims = {}
-    shapes = {n: {a: dims.setdefault(label, torch.export.Dim(label)) for a, label in axes.items()} or None for n in sample}
+    shapes = {
+        n: {a: dims.setdefault(label, torch.export.Dim(label)) for a, label in axes.items()} or None for n in sample
+    }
     args = (sample["input_ids"], sample["attention_mask"])
     if cast is not None:
         args = tuple(a.to(cast) for a in args)
     options = dict(input_names=["input_ids", "attention_mask"], output_names=["logits"], external_data=False)
     options.update(kwargs)
-    torch.onnx.export(model.eval(), args, str(path), dynamo=True, dynamic_shapes=shapes if axes else None,
-                      verbose=False, **options)
+    torch.onnx.export(
+        model.eval(), args, str(path), dynamo=True, dynamic_shapes=shapes if axes else None, verbose=False, **options
+    )
     return path
 
 
 def right_export(model, sample, path):  # the solution's code
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     axes = {0: batch, 1: seq}
-    torch.onnx.export(model, (sample["input_ids"], sample["attention_mask"]), str(path), dynamo=True,
-                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
-                      dynamic_shapes={"input_ids": axes, "attention_mask": axes}, external_data=False, verbose=False)
+    torch.onnx.export(
+        model,
+        (sample["input_ids"], sample["attention_mask"]),
+        str(path),
+        dynamo=True,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["logits"],
+        dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+        external_data=False,
+        verbose=False,
+    )
     return path
 
 
@@ -93,10 +105,17 @@ def int32_export(model, sample, path):  # "saves memory": the graph now refuses 
 def program_export(model, sample, path):  # returns what torch.onnx.export returns, not the path
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     axes = {0: batch, 1: seq}
-    return torch.onnx.export(model, (sample["input_ids"], sample["attention_mask"]), str(path), dynamo=True,
-                             input_names=["input_ids", "attention_mask"], output_names=["logits"],
-                             dynamic_shapes={"input_ids": axes, "attention_mask": axes}, external_data=False,
-                             verbose=False)
+    return torch.onnx.export(
+        model,
+        (sample["input_ids"], sample["attention_mask"]),
+        str(path),
+        dynamo=True,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["logits"],
+        dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+        external_data=False,
+        verbose=False,
+    )
 
 
 def fixed_path_export(model, sample, path):  # a constant where the argument belongs
@@ -263,61 +282,85 @@ def test_right_answers_pass():
         lab.check_parity_failures(parity)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (fixed_export, "fixed batch size"),
-    (batch_only_export, "fixed sequence length"),
-    (seq_only_export, "fixed batch size"),
-    (one_row_export, "fixed batch size 1"),
-    (unnamed_output_export, r"one output named logits .*got \['linear"),
-    (wrong_input_names_export, r"named input_ids and attention_mask .*got \['ids', 'mask'\]"),
-    (external_data_export, r"extra files next to the model \(\['mine\.onnx\.data'\]\)"),
-    (int32_export, r"input_ids should take int64 token ids.*tensor\(int32\)"),
-    (program_export, "should return the path it wrote the model to"),
-    (fixed_path_export, "at the path it is given"),
-    (stub, "not implemented"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (fixed_export, "fixed batch size"),
+        (batch_only_export, "fixed sequence length"),
+        (seq_only_export, "fixed batch size"),
+        (one_row_export, "fixed batch size 1"),
+        (unnamed_output_export, r"one output named logits .*got \['linear"),
+        (wrong_input_names_export, r"named input_ids and attention_mask .*got \['ids', 'mask'\]"),
+        (external_data_export, r"extra files next to the model \(\['mine\.onnx\.data'\]\)"),
+        (int32_export, r"input_ids should take int64 token ids.*tensor\(int32\)"),
+        (program_export, "should return the path it wrote the model to"),
+        (fixed_path_export, "at the path it is given"),
+        (stub, "not implemented"),
+    ],
+)
 def test_export_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_dynamic_export(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (shapes_only_parity, "right shapes but different weights"),
-    (fixed_tolerance_parity, "with tol=1e3 the same mismatch should pass"),
-    (bool_parity, "as a float"),
-    (stub, "not implemented"),
-    (mean_parity, r"above PyTorch's by 0\.25 at one element .*max \|onnx - torch\| is 0\.25; parity_check returned 0\.0125"),
-    (signed_parity, r"below PyTorch's by 0\.25 .*returned 0\. Take the largest absolute difference"),
-    (first_row_parity, r"the last row, class 3 .*returned 0\. Take the largest"),
-    (train_mode_parity, r"training mode .*raised AssertionError.*; it should return 0\. Compare against the model in eval mode"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (shapes_only_parity, "right shapes but different weights"),
+        (fixed_tolerance_parity, "with tol=1e3 the same mismatch should pass"),
+        (bool_parity, "as a float"),
+        (stub, "not implemented"),
+        (
+            mean_parity,
+            r"above PyTorch's by 0\.25 at one element .*max \|onnx - torch\| is 0\.25; parity_check returned 0\.0125",
+        ),
+        (signed_parity, r"below PyTorch's by 0\.25 .*returned 0\. Take the largest absolute difference"),
+        (first_row_parity, r"the last row, class 3 .*returned 0\. Take the largest"),
+        (
+            train_mode_parity,
+            r"training mode .*raised AssertionError.*; it should return 0\. Compare against the model in eval mode",
+        ),
+    ],
+)
 def test_parity_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_parity(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (strict_parity, r"differ by exactly 0\.25 at one element, with tol=0\.25: parity_check raised AssertionError.*; it should "
-                    r"return 0\.25\. Only a difference \*above\* tol fails"),
-    (fixed_tolerance_parity, r"with tol=0\.25: parity_check raised AssertionError"),
-    (relative_parity, r"with tol=0\.2499: an absolute tolerance.*returned 0\.25; it should raise AssertionError"),
-    (value_error_parity, r"raised ValueError .*raise AssertionError"),
-    (default_tol_parity, r"called without tol \(the default is 1e-4\), outputs that differ by 2\.44e-04.*should raise"),
-    (no_raise_parity, r"tol=0\.2499.*returned 0\.25; it should raise AssertionError"),
-    (stub, "not implemented"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (
+            strict_parity,
+            r"differ by exactly 0\.25 at one element, with tol=0\.25: parity_check raised AssertionError.*; it should "
+            r"return 0\.25\. Only a difference \*above\* tol fails",
+        ),
+        (fixed_tolerance_parity, r"with tol=0\.25: parity_check raised AssertionError"),
+        (relative_parity, r"with tol=0\.2499: an absolute tolerance.*returned 0\.25; it should raise AssertionError"),
+        (value_error_parity, r"raised ValueError .*raise AssertionError"),
+        (
+            default_tol_parity,
+            r"called without tol \(the default is 1e-4\), outputs that differ by 2\.44e-04.*should raise",
+        ),
+        (no_raise_parity, r"tol=0\.2499.*returned 0\.25; it should raise AssertionError"),
+        (stub, "not implemented"),
+    ],
+)
 def test_tolerance_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_parity_tolerance(wrong)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (nan_blind_parity, r"holds a NaN .*returned nan"),
-    (nanmax_parity, r"holds a NaN .*returned 0\.0"),
-    (broadcasting_parity, r"shape \(4, 1\) and PyTorch's \(4, 5\), and parity_check returned 0\.0"),
-    (swallowing_parity, r"cannot load broken\.onnx .*returned 0\.0"),
-    (stub, "not implemented"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (nan_blind_parity, r"holds a NaN .*returned nan"),
+        (nanmax_parity, r"holds a NaN .*returned 0\.0"),
+        (broadcasting_parity, r"shape \(4, 1\) and PyTorch's \(4, 5\), and parity_check returned 0\.0"),
+        (swallowing_parity, r"cannot load broken\.onnx .*returned 0\.0"),
+        (stub, "not implemented"),
+    ],
+)
 def test_failures_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_parity_failures(wrong)

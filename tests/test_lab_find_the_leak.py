@@ -22,6 +22,7 @@ is_leaking(samples) -> bool
 | errors: type and message | an empty soak raises |
 | policy: which item | - |
 """
+
 import numpy as np
 import pytest
 
@@ -34,7 +35,7 @@ THRESHOLD = 4 * KiB
 
 def good_slope(samples, warmup_frac=0.2):
     y = np.asarray(samples, dtype=float)
-    y = y[int(len(y) * warmup_frac):]
+    y = y[int(len(y) * warmup_frac) :]
     return float(np.polyfit(np.arange(len(y)), y, 1)[0])
 
 
@@ -48,8 +49,9 @@ def stub(*args, **kwargs):
 
 # --- other right answers: a hand-written least-squares fit, original x positions ----------------------------------
 
+
 def manual_least_squares(samples, warmup_frac=0.2):
-    y = [float(v) for v in samples][int(len(samples) * warmup_frac):]
+    y = [float(v) for v in samples][int(len(samples) * warmup_frac) :]
     x = list(range(len(y)))
     mx, my = sum(x) / len(x), sum(y) / len(y)
     return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
@@ -72,22 +74,23 @@ def test_right_answers_pass():
 
 # --- leak_slope --------------------------------------------------------------------------------------------------
 
+
 def two_point_slope(samples, warmup_frac=0.2):
     return (samples[-1] - samples[0]) / (len(samples) - 1)
 
 
 def two_points_dressed_as_a_fit(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac) :]
     return float(np.polyfit([0, len(y) - 1], [y[0], y[-1]], 1)[0])
 
 
 def mean_of_differences(samples, warmup_frac=0.2):  # the two-point slope in disguise
-    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac) :]
     return float(np.mean(np.diff(y)))
 
 
 def median_of_differences(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac) :]
     return float(np.median(np.diff(y)))
 
 
@@ -106,12 +109,12 @@ def fixed_count(samples, warmup_frac=0.2):  # "skip the first 16" (20 % of the n
 
 
 def rounds_the_cut(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[round(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[round(len(samples) * warmup_frac) :]
     return float(np.polyfit(np.arange(len(y)), y, 1)[0])
 
 
 def ceils_the_cut(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[int(np.ceil(len(samples) * warmup_frac)):]
+    y = np.asarray(samples, dtype=float)[int(np.ceil(len(samples) * warmup_frac)) :]
     return float(np.polyfit(np.arange(len(y)), y, 1)[0])
 
 
@@ -120,17 +123,17 @@ def keeps_the_size(samples, warmup_frac=0.2):
 
 
 def coefficients(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac) :]
     return np.polyfit(np.arange(len(y)), y, 1)
 
 
 def intercept(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac) :]
     return float(np.polyfit(np.arange(len(y)), y, 1)[1])
 
 
 def list_only(samples, warmup_frac=0.2):  # `samples[k:] + ...`-style code that only works on a list
-    y = samples[int(len(samples) * warmup_frac):] + []
+    y = samples[int(len(samples) * warmup_frac) :] + []
     return good_slope(y, 0.0)
 
 
@@ -141,12 +144,12 @@ def zero_for_empty(samples, warmup_frac=0.2):
 
 
 def x_in_fractions(samples, warmup_frac=0.2):  # x from 0 to 1, not one step per iteration
-    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac):]
+    y = np.asarray(samples, dtype=float)[int(len(samples) * warmup_frac) :]
     return float(np.polyfit(np.linspace(0, 1, len(y)), y, 1)[0])
 
 
 def last_half_only(samples, warmup_frac=0.2):
-    y = np.asarray(samples, dtype=float)[len(samples) // 2:]
+    y = np.asarray(samples, dtype=float)[len(samples) // 2 :]
     return float(np.polyfit(np.arange(len(y)), y, 1)[0])
 
 
@@ -174,14 +177,18 @@ WRONG_SLOPES = [
 ]
 
 
-@pytest.mark.parametrize("check, fn, message", WRONG_SLOPES,
-                         ids=[f"{c.__name__}-{getattr(f, '__name__', 'lambda')}" for c, f, _ in WRONG_SLOPES])
+@pytest.mark.parametrize(
+    "check, fn, message",
+    WRONG_SLOPES,
+    ids=[f"{c.__name__}-{getattr(f, '__name__', 'lambda')}" for c, f, _ in WRONG_SLOPES],
+)
 def test_wrong_slopes_fail(check, fn, message):
     with pytest.raises(LabCheckFailed, match=message):
         check(fn)
 
 
 # --- is_leaking --------------------------------------------------------------------------------------------------
+
 
 def two_point_is_leaking(samples, threshold=THRESHOLD):
     return bool(two_point_slope(samples) > threshold)
@@ -251,8 +258,11 @@ WRONG_DETECTORS = [
     (lab.check_finds_leaks, lambda s: good_slope(s) > 100 * KiB, r"8 KiB per iteration .* was not flagged"),
     (lab.check_finds_leaks, mib_threshold, r"was not flagged"),
     (lab.check_finds_leaks, wrong_direction, r"was not flagged"),
-    (lab.check_finds_leaks, lambda s: bool(good_slope(s) > 1.05 * THRESHOLD),
-     r"a steady leak of 4178 bytes per iteration \(2 % above"),
+    (
+        lab.check_finds_leaks,
+        lambda s: bool(good_slope(s) > 1.05 * THRESHOLD),
+        r"a steady leak of 4178 bytes per iteration \(2 % above",
+    ),
     (lab.check_finds_leaks, last_minus_max_warmup, r"was not flagged"),
     (lab.check_finds_leaks, stub, r"not implemented yet"),
     (lab.check_no_readings, swallows_errors, r"is_leaking\(\[\]\) returned False"),
@@ -261,8 +271,11 @@ WRONG_DETECTORS = [
 ]
 
 
-@pytest.mark.parametrize("check, fn, message", WRONG_DETECTORS,
-                         ids=[f"{c.__name__}-{getattr(f, '__name__', 'lambda')}" for c, f, _ in WRONG_DETECTORS])
+@pytest.mark.parametrize(
+    "check, fn, message",
+    WRONG_DETECTORS,
+    ids=[f"{c.__name__}-{getattr(f, '__name__', 'lambda')}" for c, f, _ in WRONG_DETECTORS],
+)
 def test_wrong_detectors_fail(check, fn, message):
     with pytest.raises(LabCheckFailed, match=message):
         check(fn)

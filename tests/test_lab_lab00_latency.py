@@ -15,6 +15,7 @@ The wrong timers cover different classes of mistake: warm-up timed or counted, a
 the max or a neighbouring percentile in one field, fractions for percents, unsorted samples, wrong units,
 sync in the wrong place or missing after the warm-up, errors swallowed, an empty run reported as 0 ms.
 """
+
 import statistics
 import time
 
@@ -24,8 +25,14 @@ import pytest
 from ailab.labs import LabCheckFailed
 from ailab.labs import lab00_latency as L
 
-ALL_CHECKS = (L.check_counts_runs, L.check_excludes_warmup, L.check_percentiles, L.check_syncs,
-              L.check_boundaries, L.check_errors_propagate)
+ALL_CHECKS = (
+    L.check_counts_runs,
+    L.check_excludes_warmup,
+    L.check_percentiles,
+    L.check_syncs,
+    L.check_boundaries,
+    L.check_errors_propagate,
+)
 
 
 def right(fn, sync=lambda: None, warmup=5, iters=30):
@@ -63,6 +70,7 @@ def _result(p50, p95, p99, n):
 
 
 # --- alternative right answers: other percentile definitions, perf_counter_ns, syncing more often ---------------
+
 
 def right_nearest_rank(fn, sync=lambda: None, warmup=5, iters=30):
     s = sorted(_timed(fn, sync, warmup, iters))
@@ -122,12 +130,13 @@ def test_the_real_clock_is_restored_after_a_check():
 
 # --- wrong answers -----------------------------------------------------------------------------------------------
 
+
 def no_warmup(fn, sync=lambda: None, warmup=5, iters=30):  # times the warm-up calls too
     return right(fn, sync, 0, iters + warmup) | {"n": iters}
 
 
 def off_by_one_warmup(fn, sync=lambda: None, warmup=5, iters=30):  # drops one warm-up sample too few
-    s = _timed(fn, sync, 0, warmup + iters)[warmup - 1:] if warmup else _timed(fn, sync, 0, iters)
+    s = _timed(fn, sync, 0, warmup + iters)[warmup - 1 :] if warmup else _timed(fn, sync, 0, iters)
     return _result(*np.percentile(s, [50, 95, 99]), iters)
 
 
@@ -274,6 +283,7 @@ def swallows_errors(fn, sync=lambda: None, warmup=5, iters=30):
             f()
         except Exception:  # the mistake under test
             pass
+
     return right(lambda: safe(fn), lambda: safe(sync), warmup, iters)
 
 
@@ -292,6 +302,7 @@ def swallows_sync_errors(fn, sync=lambda: None, warmup=5, iters=30):
             sync()
         except Exception:  # the mistake under test
             pass
+
     return right(fn, safe_sync, warmup, iters)
 
 
@@ -302,6 +313,7 @@ def retries_until_it_works(fn, sync=lambda: None, warmup=5, iters=30):
                 return fn()
             except Exception:  # the mistake under test
                 continue
+
     return right(again, sync, warmup, iters)
 
 
@@ -310,7 +322,6 @@ def hides_the_error(fn, sync=lambda: None, warmup=5, iters=30):
         return right(fn, sync, warmup, iters)
     except Exception:
         raise ValueError("measurement failed") from None
-
 
 
 WRONG = [
@@ -380,8 +391,9 @@ def test_a_timer_with_an_array_field_gets_a_message():
 
 def test_a_float_n_gets_a_message():
     with pytest.raises(LabCheckFailed, match="n should be an int"):
-        L.check_counts_runs(lambda fn, sync=lambda: None, warmup=5, iters=30: right(fn, sync, warmup, iters)
-                            | {"n": float(iters)})
+        L.check_counts_runs(
+            lambda fn, sync=lambda: None, warmup=5, iters=30: right(fn, sync, warmup, iters) | {"n": float(iters)}
+        )
 
 
 def test_the_stub_fails_every_check():

@@ -18,6 +18,7 @@ static batching, one admission per step, preempting the oldest, the request shor
 preempting everyone, requeueing at the back or behind the head, new requests left out of their first decode,
 a decode batch capped below the seats.
 """
+
 from collections import deque
 
 import pytest
@@ -59,8 +60,13 @@ def _admit(state, skip=False, check_blocks=True, seats=True):
         state.running.append(req)
 
 
-def _reserve(state, preempt=True, free_victim=True, pick=lambda state, req: state.running[-1],
-             requeue=lambda state, victim: state.waiting.appendleft(victim)):
+def _reserve(
+    state,
+    preempt=True,
+    free_victim=True,
+    pick=lambda state, req: state.running[-1],
+    requeue=lambda state, victim: state.waiting.appendleft(victim),
+):
     """Give every running request a slot; when none is free, preempt `pick`'s victim and `requeue` it."""
     for req in list(state.running):
         if req not in state.running:
@@ -259,15 +265,17 @@ def _step_with(pick, requeue):
         _reserve(state, pick=pick, requeue=requeue)
         state.decode(list(state.running))
         _retire(state)
+
     return step
 
 
-newest = lambda state, req: state.running[-1]             # noqa: E731
-front = lambda state, victim: state.waiting.appendleft(victim)   # noqa: E731
+newest = lambda state, req: state.running[-1]  # noqa: E731
+front = lambda state, victim: state.waiting.appendleft(victim)  # noqa: E731
 preempts_oldest = _step_with(lambda state, req: state.running[0], front)
 preempts_the_one_short_of_a_slot = _step_with(lambda state, req: req, front)
-preempts_the_longest = _step_with(lambda state, req: max(state.running, key=lambda r: len(r.prompt) + len(r.output)),
-                                  front)
+preempts_the_longest = _step_with(
+    lambda state, req: max(state.running, key=lambda r: len(r.prompt) + len(r.output)), front
+)
 requeues_at_the_back = _step_with(newest, lambda state, victim: state.waiting.append(victim))
 requeues_behind_the_head = _step_with(newest, lambda state, victim: state.waiting.insert(1, victim))
 
@@ -297,7 +305,7 @@ def admitted_wait_a_step(state):
     _admit(state)
     _retire(state)
     for r in [r for r in state.running if r not in old]:
-        state.blocks.free(r.id)                       # (so the blocks held match what the new ones need)
+        state.blocks.free(r.id)  # (so the blocks held match what the new ones need)
         state.blocks.allocate(r.id, len(r.prompt) + len(r.output))
     _reserve_subset = [r for r in state.running if r in old]
     for r in _reserve_subset:
@@ -326,20 +334,24 @@ def test_the_right_answer_passes_the_policy_checks():
         c(right)
 
 
-@pytest.mark.parametrize("fn, check, match", WRONG_ANSWERS + [
-    (static_batching, L.check_continuous, "static batching"),
-    (admits_one_per_step, L.check_continuous, r"your step admitted \[\d+\] while"),
-    (skips_ahead, L.check_continuous, "admit from the head of the queue"),
-    (preempts_oldest, L.check_preemption, "Preempt the NEWEST"),
-    (preempts_the_one_short_of_a_slot, L.check_preemption, "Preempt the NEWEST"),
-    (preempts_the_longest, L.check_preemption, "Preempt the NEWEST"),
-    (requeues_at_the_back, L.check_preemption, "at the FRONT of the queue"),
-    (requeues_behind_the_head, L.check_preemption, "at the FRONT of the queue"),
-    (preempts_everyone, L.check_preemption, "Preempt one request at a time"),
-    (no_preemption, L.check_preemption, "preempt the newest"),
-    (admitted_wait_a_step, L.check_step_tokens, "admitted \\(prefilled\\) in this step but left out"),
-    (decodes_at_most_two, L.check_step_tokens, "left out of the step's decode"),
-])
+@pytest.mark.parametrize(
+    "fn, check, match",
+    WRONG_ANSWERS
+    + [
+        (static_batching, L.check_continuous, "static batching"),
+        (admits_one_per_step, L.check_continuous, r"your step admitted \[\d+\] while"),
+        (skips_ahead, L.check_continuous, "admit from the head of the queue"),
+        (preempts_oldest, L.check_preemption, "Preempt the NEWEST"),
+        (preempts_the_one_short_of_a_slot, L.check_preemption, "Preempt the NEWEST"),
+        (preempts_the_longest, L.check_preemption, "Preempt the NEWEST"),
+        (requeues_at_the_back, L.check_preemption, "at the FRONT of the queue"),
+        (requeues_behind_the_head, L.check_preemption, "at the FRONT of the queue"),
+        (preempts_everyone, L.check_preemption, "Preempt one request at a time"),
+        (no_preemption, L.check_preemption, "preempt the newest"),
+        (admitted_wait_a_step, L.check_step_tokens, "admitted \\(prefilled\\) in this step but left out"),
+        (decodes_at_most_two, L.check_step_tokens, "left out of the step's decode"),
+    ],
+)
 def test_wrong_answers_fail_with_a_message_that_names_the_mistake(fn, check, match):
     with pytest.raises(LabCheckFailed, match=match):
         check(fn)

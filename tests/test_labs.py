@@ -3,6 +3,7 @@
 (That each solution runs end to end is proved by nbval over solutions/ in `make test`; that each
 check also rejects a plausible wrong answer is in tests/test_lab_<name>.py.)
 """
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,8 +17,12 @@ from ailab.labs.runner import run_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every graded task of the course: the chapter labs and the shorter chapter exercises, same mechanism.
-TASKS = [(f"{ch['id']}-{key}", ch[key]) for _, ch in bk.chapters(bk.load_book(ROOT / "book.yml"))
-         for key in ("lab", "exercise") if ch.get(key)]
+TASKS = [
+    (f"{ch['id']}-{key}", ch[key])
+    for _, ch in bk.chapters(bk.load_book(ROOT / "book.yml"))
+    for key in ("lab", "exercise")
+    if ch.get(key)
+]
 
 
 def test_labs_equal_a_fresh_build():
@@ -67,8 +72,10 @@ def test_stub_keeps_indentation_and_hint():
 
 
 def test_stub_names_the_method_it_stubs():
-    src = ("class R:\n    def get_next(self):\n        ### BEGIN SOLUTION\n        # HINT: h\n        return 1\n"
-           "        ### END SOLUTION\n")
+    src = (
+        "class R:\n    def get_next(self):\n        ### BEGIN SOLUTION\n        # HINT: h\n        return 1\n"
+        "        ### END SOLUTION\n"
+    )
     out, _ = stub_source(src, "t")
     ns = {}
     exec(out, ns)
@@ -76,11 +83,14 @@ def test_stub_names_the_method_it_stubs():
         ns["R"]().get_next()
 
 
-@pytest.mark.parametrize("src, message", [
-    ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
-    ("x = 1\n### END SOLUTION\n", "without a matching"),
-    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "inside another"),
-])
+@pytest.mark.parametrize(
+    "src, message",
+    [
+        ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
+        ("x = 1\n### END SOLUTION\n", "without a matching"),
+        ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "inside another"),
+    ],
+)
 def test_malformed_markers_are_named(src, message):
     with pytest.raises(LabFormatError, match=message):
         stub_source(src, "cell 3")
@@ -133,6 +143,6 @@ def test_a_kernel_that_fails_to_start_is_started_again(monkeypatch, tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("import os\nos._exit(1)")]
     nbformat.write(nb, str(path))
     calls.clear()
-    calls.append(1)   # start normally: a crash inside a cell is reported, not retried
+    calls.append(1)  # start normally: a crash inside a cell is reported, not retried
     crashed = run_lab(path)
     assert crashed.status == "crashed" and "cell 0" in crashed.detail and len(calls) == 2

@@ -5,6 +5,7 @@ a tampered, a hanging and a crashing submission plus two files that are not labs
 quickest one to run (admission control, a few seconds); every fixture is built from its current
 solution, so the tests follow edits to its cells.
 """
+
 import contextlib
 import csv
 import io
@@ -38,7 +39,7 @@ def _replace_block(nb, function: str, body: str):
         if match:
             indent = match.group(1)
             new = "\n".join(indent + line for line in body.splitlines())
-            cell.source = cell.source[:match.start(1)] + new + cell.source[match.end():]
+            cell.source = cell.source[: match.start(1)] + new + cell.source[match.end() :]
             return nb
     raise AssertionError(f"no solution block in {function}() any more: update this test's wrong answer")
 
@@ -79,7 +80,9 @@ def graded(course):
     put("wrong/my_lab.ipynb", wrong)  # the file name says nothing: the metadata names the lab
     tampered = _replace_block(solution(), "admit", "queue.append(request)")
     edited_index, cell = _check_cell(tampered, ref)
-    cell.source = "try:\n" + "".join(f"    {line}\n" for line in cell.source.splitlines()) + "except Exception:\n    pass"
+    cell.source = (
+        "try:\n" + "".join(f"    {line}\n" for line in cell.source.splitlines()) + "except Exception:\n    pass"
+    )
     put("tampered.ipynb", tampered)
     hang = solution()
     _answer_cell(hang).source += "\n\nwhile True:\n    pass\n"
@@ -95,8 +98,21 @@ def graded(course):
 
     out, csv_path, start = io.StringIO(), course["tmp"] / "grades.csv", time.monotonic()
     with contextlib.redirect_stdout(out):
-        rc = main(["labs", "grade", str(subs), "--jobs", "2", "--timeout", str(LIMIT_S), "--csv", str(csv_path),
-                   "--labs", str(course["labs"])])
+        rc = main(
+            [
+                "labs",
+                "grade",
+                str(subs),
+                "--jobs",
+                "2",
+                "--timeout",
+                str(LIMIT_S),
+                "--csv",
+                str(csv_path),
+                "--labs",
+                str(course["labs"]),
+            ]
+        )
     seconds = time.monotonic() - start
     with open(csv_path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
@@ -104,8 +120,15 @@ def graded(course):
     by_learner = {}
     for row in rows:
         by_learner.setdefault(row["learner"], []).append(row)
-    return {"rc": rc, "stdout": out.getvalue(), "header": header, "rows": by_learner, "seconds": seconds,
-            "edited_index": edited_index, "expected": expected_checks(LAB, ref)}
+    return {
+        "rc": rc,
+        "stdout": out.getvalue(),
+        "header": header,
+        "rows": by_learner,
+        "seconds": seconds,
+        "edited_index": edited_index,
+        "expected": expected_checks(LAB, ref),
+    }
 
 
 def test_csv_has_the_columns_and_one_row_per_learner_lab_and_check(graded):
@@ -207,7 +230,8 @@ def test_reset_restores_the_lab_and_keeps_every_backup(course, tmp_path, capsys)
     backups = sorted(tmp_path.glob("lab_admission_control.bak-*.ipynb"))
     assert len(backups) == 2 and all(re.search(r"\.bak-\d{8}-\d{6}(-\d+)?\.ipynb$", b.name) for b in backups)
     assert sorted(b.read_text(encoding="utf-8") for b in backups) == sorted(
-        [first, first.replace("# my work", "# my second try")])
+        [first, first.replace("# my work", "# my second try")]
+    )
 
 
 def test_reset_in_labs_itself_builds_from_solutions(course, tmp_path):

@@ -11,6 +11,7 @@ For every lab in solutions/:
   `<details><summary>Second hint...</summary> ... </details>` block per stubbed block;
 - the stub's message says the function is not implemented yet and points to the hints without repeating them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,20 @@ from ailab.labs.build import _HINT, BEGIN, END, build_notebook
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted(p for p in (ROOT / "solutions").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 MIN_CHARS = 15  # a fragment must be longer than this (whitespace-normalised) to count as a leak
-TRIVIAL = {"except Exception:", "except Exception as e:", "else:", "try:", "finally:", "return None",
-           "return out", "return result", "return results", "pass", "break", "continue"}
+TRIVIAL = {
+    "except Exception:",
+    "except Exception as e:",
+    "else:",
+    "try:",
+    "finally:",
+    "return None",
+    "return out",
+    "return result",
+    "return results",
+    "pass",
+    "break",
+    "continue",
+}
 _DETAILS = re.compile(r"<details>\s*<summary>\s*Second hint.*?</summary>(.*?)</details>", re.S)
 _STUB = re.compile(r"^\s*raise NotImplementedError\((.*)\)\s*$")
 _API_NAME = re.compile(r"^([\w.]+(\(\))?|\"[\w.]+\")$")  # `time.perf_counter()` names an API a hint may point to
@@ -64,8 +77,11 @@ def _without_comments(code_lines: list[str]) -> list[str]:
     """The block's lines with comments removed (a comment is not the answer, and `# HINT:` lines go too)."""
     lines = textwrap.dedent("\n".join(code_lines)).splitlines()
     try:
-        cuts = {tok.start[0]: tok.start[1] for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline)
-                if tok.type == tokenize.COMMENT}
+        cuts = {
+            tok.start[0]: tok.start[1]
+            for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline)
+            if tok.type == tokenize.COMMENT
+        }
     except (tokenize.TokenError, IndentationError, SyntaxError):
         cuts = {}
     return [line[: cuts[i]] if i in cuts else line for i, line in enumerate(lines, 1)]
@@ -84,7 +100,7 @@ def working_parts(line: str) -> list[str]:
     the condition tested, the sequence looped over."""
     parts = []
     if line.startswith("return "):
-        parts.append(line[len("return "):])
+        parts.append(line[len("return ") :])
     m = re.match(r"^[\w.\[\], ()*]+?\s(?:[-+*/]?=)\s(.+)$", line)  # a = ..., a, b = ..., a += ...
     if m:
         parts.append(m.group(1))
@@ -100,11 +116,11 @@ def shared_code(line: str, text: str, n: int = SHARED_CHARS) -> list[str]:
     `np.polyfit(np.arange(len(y)), y, 1)` gives the answer away even inside a longer line."""
     a, b, out, i = _squash(line), _squash(text), [], 0
     while i + n <= len(a):
-        if a[i:i + n] not in b:
+        if a[i : i + n] not in b:
             i += 1
             continue
         j = i + n
-        while j < len(a) and a[i:j + 1] in b:
+        while j < len(a) and a[i : j + 1] in b:
             j += 1
         if not _API_NAME.match(a[i:j]):
             out.append(a[i:j])
@@ -117,8 +133,12 @@ def _lab(path: Path):
 
 
 def _solution_blocks(nb) -> list[tuple[int, list[str], list[str]]]:
-    return [(i, hints, code) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-            for hints, code in blocks(cell.source)]
+    return [
+        (i, hints, code)
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for hints, code in blocks(cell.source)
+    ]
 
 
 def _stub_messages(path: Path) -> list[tuple[int, str]]:
@@ -133,8 +153,12 @@ def _stub_messages(path: Path) -> list[tuple[int, str]]:
 
 
 def _second_hints(nb) -> list[tuple[int, str]]:
-    return [(i, body) for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"
-            for body in _DETAILS.findall(cell.source)]
+    return [
+        (i, body)
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "markdown"
+        for body in _DETAILS.findall(cell.source)
+    ]
 
 
 def _ids(paths):
@@ -156,16 +180,26 @@ def test_no_solution_line_in_hints_stub_messages_or_markdown(path):
     leaks = []
     for i, _, code in _solution_blocks(nb):
         for line in solution_lines(code):
-            leaks += [f"{where}: holds the solution line {line!r} (from cell {i})"
-                      for where, text in places if _squash(line) in _squash(text)]
+            leaks += [
+                f"{where}: holds the solution line {line!r} (from cell {i})"
+                for where, text in places
+                if _squash(line) in _squash(text)
+            ]
             for part in working_parts(line):
-                leaks += [f"{where}: holds {part!r}, the working part of the solution line {line!r} (cell {i})"
-                          for where, text in hints_only if _squash(part) in _squash(text)]
+                leaks += [
+                    f"{where}: holds {part!r}, the working part of the solution line {line!r} (cell {i})"
+                    for where, text in hints_only
+                    if _squash(part) in _squash(text)
+                ]
             for where, text in hints_only:
-                leaks += [f"{where}: copies {piece!r} from the solution line {line!r} (cell {i})"
-                          for piece in shared_code(line, text)]
-    assert not leaks, (f"{path.relative_to(ROOT)}: a hint names the idea and the API to read, never the statement "
-                       "that solves it:\n  " + "\n  ".join(dict.fromkeys(leaks)))
+                leaks += [
+                    f"{where}: copies {piece!r} from the solution line {line!r} (cell {i})"
+                    for piece in shared_code(line, text)
+                ]
+    assert not leaks, (
+        f"{path.relative_to(ROOT)}: a hint names the idea and the API to read, never the statement "
+        "that solves it:\n  " + "\n  ".join(dict.fromkeys(leaks))
+    )
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_ids(SOLUTIONS))
@@ -181,15 +215,20 @@ def test_every_lab_has_a_collapsed_second_hint_per_task(path):
     nb = _lab(path)
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     seconds = _second_hints(nb)
-    assert seconds, (f"{path.relative_to(ROOT)}: no second hint; add one next to the task, in a markdown cell: "
-                     "<details><summary>Second hint</summary> ... </details>")
+    assert seconds, (
+        f"{path.relative_to(ROOT)}: no second hint; add one next to the task, in a markdown cell: "
+        "<details><summary>Second hint</summary> ... </details>"
+    )
     assert markdown.count("<details") == markdown.count("</details>") == len(seconds), (
-        f"{path.relative_to(ROOT)}: every <details> must open with <summary>Second hint...</summary> and be closed")
+        f"{path.relative_to(ROOT)}: every <details> must open with <summary>Second hint...</summary> and be closed"
+    )
     assert "<details open" not in markdown, "second hints start collapsed"
     assert all(body.strip() for _, body in seconds), "a second hint is empty"
     n_blocks = len(_solution_blocks(nb))
-    assert len(seconds) >= n_blocks, (f"{path.relative_to(ROOT)}: {n_blocks} functions to write but only "
-                                      f"{len(seconds)} second hint(s): give each task its own")
+    assert len(seconds) >= n_blocks, (
+        f"{path.relative_to(ROOT)}: {n_blocks} functions to write but only "
+        f"{len(seconds)} second hint(s): give each task its own"
+    )
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_ids(SOLUTIONS))
@@ -199,6 +238,7 @@ def test_stub_message_points_to_the_hints_without_repeating_them(path):
     assert messages, f"{path.relative_to(ROOT)}: the built lab has no stub"
     for i, msg in messages:
         assert "not implemented yet" in msg and "HINT" in msg and "Second hint" in msg, (
-            f"cell {i}: the stub should say it is not implemented yet and point to the hints; it says {msg!r}")
+            f"cell {i}: the stub should say it is not implemented yet and point to the hints; it says {msg!r}"
+        )
         repeated = [h for h in hints if len(_one_space(h)) > MIN_CHARS and _squash(h) in _squash(msg)]
         assert not repeated, f"cell {i}: the stub message repeats the hint {repeated[0]!r}"

@@ -1,5 +1,6 @@
 """The kit the check modules share (ailab/labs/core.py): calls that must answer or refuse, a time limit, one
 object per process, and a tiny model on one thread."""
+
 import threading
 import time
 
@@ -29,9 +30,10 @@ def test_refused_returns_the_error_and_names_what_else_happened():
         core.refused(lambda: 7, what="a letter", should="raise ValueError")
     with pytest.raises(LabCheckFailed, match=r"^a letter: raise ValueError; your code raised KeyError: 'x'$"):
         core.refused(boom, what="a letter", should="raise ValueError")
-    with pytest.raises(NotImplementedError):        # a stub is never a refusal, even of a RuntimeError
-        core.refused(lambda: (_ for _ in ()).throw(NotImplementedError("stub")), error=RuntimeError, what="w",
-                     should="s")
+    with pytest.raises(NotImplementedError):  # a stub is never a refusal, even of a RuntimeError
+        core.refused(
+            lambda: (_ for _ in ()).throw(NotImplementedError("stub")), error=RuntimeError, what="w", should="s"
+        )
 
 
 def test_within_time_returns_raises_and_gives_up_with_words():

@@ -2,6 +2,7 @@
 back through others. Read from the source (every `import`, module-level or inside a function), so a lazy
 import cannot hide a cycle. The layer map is DESIGN.md's, as ranks: a module may import its own rank or
 lower ones."""
+
 from __future__ import annotations
 
 import ast
@@ -10,20 +11,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "ailab"
 
 RANK = {
-    "device": 0, "timing": 0, "aio": 0, "scratch": 0,   # the hardware, how to time it, async from sync, scratch files
-    "viz": 0,                                       # figures: plotly and the hardware's name, nothing of ours above
-    "roofline": 1, "memory": 1,                     # measurements built on them
-    "data": 2, "models": 2, "minilm_travel": 2,     # the offline zoo and its data
-    "engine": 3, "quantize": 3, "drift": 3, "variants": 3, "generation": 3,   # running models
-    "batching": 4,                                  # batching: no model, no HTTP
-    "server": 5,                                    # HTTP
-    "bench": 6, "monitoring": 6, "workers": 6, "services": 6, "retrieval": 6, "prometheus": 6,   # the application layer
-    "suites": 7,                                    # `ailab bench <suite>` composes everything below
-    "widgets": 8, "labs": 8, "cli": 8, "book": 8, "doctor": 8,        # what learners touch
+    "device": 0,
+    "timing": 0,
+    "aio": 0,
+    "scratch": 0,  # the hardware, how to time it, async from sync, scratch files
+    "viz": 0,  # figures: plotly and the hardware's name, nothing of ours above
+    "roofline": 1,
+    "memory": 1,  # measurements built on them
+    "data": 2,
+    "models": 2,
+    "minilm_travel": 2,  # the offline zoo and its data
+    "engine": 3,
+    "quantize": 3,
+    "drift": 3,
+    "variants": 3,
+    "generation": 3,  # running models
+    "batching": 4,  # batching: no model, no HTTP
+    "server": 5,  # HTTP
+    "bench": 6,
+    "monitoring": 6,
+    "workers": 6,
+    "services": 6,
+    "retrieval": 6,
+    "prometheus": 6,  # the application layer
+    "suites": 7,  # `ailab bench <suite>` composes everything below
+    "widgets": 8,
+    "labs": 8,
+    "cli": 8,
+    "book": 8,
+    "doctor": 8,  # what learners touch
 }
 
 # Upward imports that still exist, each with its reason. The list may only shrink.
-KNOWN_UPWARD: dict = {}   # (lower, higher) layer pairs allowed with a reason; none left
+KNOWN_UPWARD: dict = {}  # (lower, higher) layer pairs allowed with a reason; none left
 
 # Third-party packages a layer must not know.
 FORBIDDEN = {
@@ -106,7 +126,7 @@ def test_no_import_cycles():
             if d not in g:
                 continue
             if state.get(d) == 1:
-                cycle = stack[stack.index(d):] + [d]
+                cycle = stack[stack.index(d) :] + [d]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if d not in state:
                 visit(d)

@@ -5,6 +5,7 @@ batch of one takes 10 ms): both generators must then see the same ~100 req/s at 
 on a loaded 2-core machine. How much CPU each generator needs to drive a CPU-bound model is a benchmark
 question (`ailab bench serving`, `ailab bench peers`), not a unit test's.
 """
+
 import json
 import re
 import shutil
@@ -31,15 +32,34 @@ class TenMsModel:
 
 
 def hey_rps(url: str, clients: int, seconds: float) -> float:
-    out = subprocess.run(["hey", "-z", f"{seconds}s", "-c", str(clients), "-m", "POST", "-T", "application/json",
-                          "-d", json.dumps(BODY), url], capture_output=True, text=True, timeout=seconds + 30)
+    out = subprocess.run(
+        [
+            "hey",
+            "-z",
+            f"{seconds}s",
+            "-c",
+            str(clients),
+            "-m",
+            "POST",
+            "-T",
+            "application/json",
+            "-d",
+            json.dumps(BODY),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+    )
     m = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
     assert m, f"hey printed no throughput: {out.stdout[-500:]} {out.stderr[-500:]}"
     assert "[200]" in out.stdout and not re.search(r"\[(4|5)\d\d\]", out.stdout), out.stdout[-800:]
     return float(m.group(1))
 
 
-@pytest.mark.skipif(shutil.which("hey") is None, reason="hey is installed by `make services` (Debian: apt-get install hey)")
+@pytest.mark.skipif(
+    shutil.which("hey") is None, reason="hey is installed by `make services` (Debian: apt-get install hey)"
+)
 def test_throughput_agrees_with_hey_within_15_percent():
     app = create_app({"ten-ms": TenMsModel}, "ten-ms", max_batch_size=1, max_wait_ms=0)
     server = start_in_thread(app)

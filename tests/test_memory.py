@@ -1,5 +1,6 @@
 """ailab.memory: estimators against torch's own byte counts, the tracker's counters and fallbacks,
 find_max_batch's search, and the leak detector on a real planted leak."""
+
 import math
 import sys
 import time
@@ -37,8 +38,9 @@ def test_unknown_dtype_is_refused_by_name():
         memory.kv_cache_bytes(1, 1, 1, 1, 1, dtype=None)
 
 
-@pytest.mark.parametrize("kwargs,name", [({"batch": 0}, "batch"), ({"seq_len": -3}, "seq_len"),
-                                         ({"batch": 2.5}, "batch")])
+@pytest.mark.parametrize(
+    "kwargs,name", [({"batch": 0}, "batch"), ({"seq_len": -3}, "seq_len"), ({"batch": 2.5}, "batch")]
+)
 def test_activation_bytes_refuses_bad_sizes(kwargs, name):
     args = {"batch": 2, "seq_len": 16, **kwargs}
     with pytest.raises(ValueError, match=name):
@@ -65,8 +67,13 @@ def test_param_bytes_equals_torch_count(tiny):
 
 def test_kv_cache_bytes_matches_real_tensors_and_the_source_example():
     layers, kv_heads, head_dim, seq, batch = 3, 2, 16, 40, 5
-    cache = [(torch.zeros(batch, kv_heads, seq, head_dim, dtype=torch.float16),
-              torch.zeros(batch, kv_heads, seq, head_dim, dtype=torch.float16)) for _ in range(layers)]
+    cache = [
+        (
+            torch.zeros(batch, kv_heads, seq, head_dim, dtype=torch.float16),
+            torch.zeros(batch, kv_heads, seq, head_dim, dtype=torch.float16),
+        )
+        for _ in range(layers)
+    ]
     real = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in cache)
     assert memory.kv_cache_bytes(layers, kv_heads, head_dim, seq, batch, torch.float16) == real
     llama = memory.PUBLISHED_CONFIGS["Llama-2-7B"]
@@ -148,8 +155,12 @@ def test_find_max_batch_does_not_hide_other_errors(tiny):
 
 def test_find_max_batch_with_real_measurement(tiny):
     base = memory.MemoryTracker(device="cpu", python_heap=False, sample=False).rss()
-    res = memory.find_max_batch(tiny, (base + memory.activation_bytes(16, 32, memory.EncoderShape.from_config(
-        tiny.config))) * 1.2 + 2**20, seq_len=32, max_batch=64)
+    res = memory.find_max_batch(
+        tiny,
+        (base + memory.activation_bytes(16, 32, memory.EncoderShape.from_config(tiny.config))) * 1.2 + 2**20,
+        seq_len=32,
+        max_batch=64,
+    )
     assert 8 <= res.batch <= 32  # RSS drifts by a few MiB between calls; the boundary is near 16
 
 
@@ -161,6 +172,7 @@ def test_tracker_records_phases_and_timeline():
             keep = torch.ones(20 * 2**20 // 4)  # 20 MiB
             keep += 1
             import time
+
             time.sleep(0.05)
         with tr.phase("free"):
             del keep
@@ -306,8 +318,8 @@ def test_cpu_peak_falls_back_to_rss_when_the_private_profiler_api_is_gone(monkey
     n_bytes = 96 * 2**20
 
     def allocate():
-        x = torch.ones(n_bytes // 4)   # touched pages: they show in RSS
-        time.sleep(0.3)                # held long enough for the RSS sampler, also on a loaded machine
+        x = torch.ones(n_bytes // 4)  # touched pages: they show in RSS
+        time.sleep(0.3)  # held long enough for the RSS sampler, also on a loaded machine
         return float(x[-1])
 
     exact = measure.cpu_peak_bytes(allocate)

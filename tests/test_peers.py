@@ -1,5 +1,6 @@
 """`ailab bench peers`: every peer starts and answers on a tiny model, and hey's summary is read right. Who is
 faster is the benchmark's question (`ailab bench peers --json`), not a unit test's."""
+
 import json
 import shutil
 
@@ -59,7 +60,7 @@ def test_bench_peers_quick_starts_every_peer_and_answers():
         for generator, by_clients in by_generator.items():
             assert by_clients["8"]["rps"] > 0 and by_clients["8"]["errors"] == 0, (peer, generator, by_clients)
     assert all(mb > 50 for mb in out["rss_mb"].values()), out["rss_mb"]
-    for peer, by_generator in out["summary"].items():   # every peer's model traced from inside, under load
+    for peer, by_generator in out["summary"].items():  # every peer's model traced from inside, under load
         side = by_generator["hey"]["8"]
         assert 0 < side["model_busy"] <= 1 and 1 <= side["batch_mean"] <= 32 and side["gap_ms_p50"] >= 0, (peer, side)
     assert set(out["ailab_over_mosec"]) == {"ailab.bench", "hey"}
@@ -79,7 +80,7 @@ def test_a_traced_predictor_is_the_predictor_plus_one_line_per_batch(tmp_path):
     inner, path = Predictor(), tmp_path / "batches"
     traced = TracedPredictor(inner, str(path))
     assert traced(["ab", "c"]) == [2, 1] and traced.max_length == 64
-    traced.on_stages = print                    # ailab's server sets its observer: it must reach the predictor
+    traced.on_stages = print  # ailab's server sets its observer: it must reach the predictor
     assert inner.on_stages is print
     start, end, n = path.read_text().split()
     assert float(start) <= float(end) and n == "2"

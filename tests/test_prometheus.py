@@ -1,4 +1,5 @@
 """The course's one rules file, checked by Prometheus's own tools, and a real Prometheus scraping the server."""
+
 import time
 from pathlib import Path
 
@@ -30,12 +31,15 @@ def test_every_alert_has_a_promtool_test():
     assert rules == tested
 
 
-@pytest.mark.parametrize("old, new", [
-    ("by (le)) > 0.2", "by (le)) > 0.6"),       # a latency threshold nobody reaches
-    ("for: 5m", "for: 15m"),                     # an alert that waits too long
-    ("[1m])) > 0.01", "[1m])) >= 0.01"),        # the error-rate boundary: exactly 1 % must not page
-    ("> 0.8", "> 0.95"),                         # a queue alert that comes too late
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("by (le)) > 0.2", "by (le)) > 0.6"),  # a latency threshold nobody reaches
+        ("for: 5m", "for: 15m"),  # an alert that waits too long
+        ("[1m])) > 0.01", "[1m])) >= 0.01"),  # the error-rate boundary: exactly 1 % must not page
+        ("> 0.8", "> 0.95"),  # a queue alert that comes too late
+    ],
+)
 def test_the_promtool_tests_fail_on_a_broken_rule(tmp_path, old, new):
     text = RULES.read_text()
     assert old in text

@@ -1,4 +1,5 @@
 """ailab.quantize: INT8 models are real (smaller, close to FP32), calibration matters, the gate is exact."""
+
 import numpy as np
 import pytest
 import torch
@@ -27,9 +28,10 @@ def test_dynamic_int8_is_smaller_and_agrees(tmp_path):
     from ailab.device import cpu_int8_dot_product
 
     # 7-bit weights where the CPU has no INT8 dot product (ONNX Runtime's advice: its AVX2 kernel can saturate)
-    assert qpath != path and qpath.name.endswith(".int8-dynamic.onnx" if cpu_int8_dot_product() else
-                                                 ".int8-dynamic-7bit.onnx")
-    other = q.quantize_dynamic_int8(path, reduce_range=cpu_int8_dot_product())     # the other choice, asked for
+    assert qpath != path and qpath.name.endswith(
+        ".int8-dynamic.onnx" if cpu_int8_dot_product() else ".int8-dynamic-7bit.onnx"
+    )
+    other = q.quantize_dynamic_int8(path, reduce_range=cpu_int8_dot_product())  # the other choice, asked for
     assert other != qpath and other.name.endswith("-7bit.onnx") != qpath.name.endswith("-7bit.onnx")
     fp32, int8 = engine.OnnxRunner(path), engine.OnnxRunner(qpath)
     assert int8.precision == "int8" and fp32.precision == "fp32"

@@ -1,6 +1,7 @@
 """ailab's own app on Ray Serve: the same validation through Ray's proxy, replicas on different nodes of a
 test cluster on this machine, a slow replica routed to only once ready, and a replica killed under load.
 One cluster for the module (Ray takes ~20 s to start here)."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ def cluster():
     from ray import cloudpickle  # Ray's own copy pickles the deployments
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the replicas cannot import this test module
-    c = RayCluster(deployment({"tiny": tiny_predictor}, "tiny", replicas=2, num_cpus=0.5).bind(), nodes=2,
-                   cpus_per_node=1)
+    c = RayCluster(
+        deployment({"tiny": tiny_predictor}, "tiny", replicas=2, num_cpus=0.5).bind(), nodes=2, cpus_per_node=1
+    )
     yield c
     c.stop()
 
@@ -41,7 +43,7 @@ def test_the_app_answers_through_ray_with_its_own_validation(cluster):
         ok = h.post(cluster.url + "/v1/predict", json={"inputs": ["a fine film", "dull"]})
         assert ok.status_code == 200 and [o["label"] in ("positive", "negative") for o in ok.json()["outputs"]]
         bad = h.post(cluster.url + "/v1/predict", json={"inputs": []})
-        assert bad.status_code == 422 and "empty" in bad.json()["error"]   # ailab's message, not Ray's
+        assert bad.status_code == 422 and "empty" in bad.json()["error"]  # ailab's message, not Ray's
         assert h.get(cluster.url + "/readyz").json()["ready"] is True
         assert "ailab_requests" in h.get(cluster.url + "/metrics").text
 
@@ -55,7 +57,7 @@ def test_replicas_are_placed_on_different_nodes(cluster):
 def test_placement_can_be_asked_from_inside_an_event_loop(cluster):
     import asyncio
 
-    async def in_a_loop():     # a notebook's kernel runs one; Serve's blocking result() refuses such a thread
+    async def in_a_loop():  # a notebook's kernel runs one; Serve's blocking result() refuses such a thread
         return cluster.placement(timeout_s=20.0)
 
     assert len(asyncio.run(in_a_loop())) == 2
@@ -97,9 +99,10 @@ def _scale_slow_replicas(cluster, ready_before_routed: bool) -> tuple[dict, list
     from ray import serve
 
     name = "slow" if ready_before_routed else "eager"
-    slow = deployment({"tiny": slow_tiny}, "tiny", replicas=1, num_cpus=0.25, name=name,
-                      ready_before_routed=ready_before_routed)
-    serve.run(slow.bind(), name=name, route_prefix=f"/{name}")   # returns once the first replica runs
+    slow = deployment(
+        {"tiny": slow_tiny}, "tiny", replicas=1, num_cpus=0.25, name=name, ready_before_routed=ready_before_routed
+    )
+    serve.run(slow.bind(), name=name, route_prefix=f"/{name}")  # returns once the first replica runs
     url = f"http://127.0.0.1:{cluster.port}/{name}"
     with httpx.Client(timeout=30) as h:
         deadline = time.monotonic() + 60
@@ -107,8 +110,11 @@ def _scale_slow_replicas(cluster, ready_before_routed: bool) -> tuple[dict, list
             time.sleep(0.1)
         first = h.get(url + "/healthz").json()["pid"]
         # the same code with one more replica: Ray adds one and keeps the first (a new version would replace it)
-        scale = threading.Thread(target=serve.run, args=(slow.options(num_replicas=2).bind(),),
-                                 kwargs={"name": name, "route_prefix": f"/{name}"})
+        scale = threading.Thread(
+            target=serve.run,
+            args=(slow.options(num_replicas=2).bind(),),
+            kwargs={"name": name, "route_prefix": f"/{name}"},
+        )
         t_scale = time.monotonic()
         scale.start()
         seen, not_ready, failed = {}, [], []
@@ -134,7 +140,7 @@ def test_a_slow_replica_gets_traffic_only_once_ready(cluster):
     assert not not_ready and not failed, (not_ready, failed)
     new = [pid for pid in seen if pid != first]
     assert seen.get(first, 99) < 1 and new, seen
-    assert seen[new[0]] >= SLOW_LOAD_S, seen   # the new replica was routed to only after its 4 s load
+    assert seen[new[0]] >= SLOW_LOAD_S, seen  # the new replica was routed to only after its 4 s load
 
 
 def test_without_ready_before_routed_the_new_replica_is_routed_to_while_loading(cluster):

@@ -1,5 +1,6 @@
 """Reliability of the server under abuse: overload, a poisoned input, a hot swap under load, malformed
 payloads. All traffic goes to 127.0.0.1, bounded in count and time."""
+
 import asyncio
 import json
 import threading
@@ -17,6 +18,7 @@ async def open_loop(url: str, rate: float, duration_s: float, timeout_s: float =
     """Send at a fixed rate whatever the answers do (an open loop): returns one status per request sent."""
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+
         async def one(i):
             try:
                 r = await client.post(url, json={"inputs": f"request number {i} about a film"})
@@ -34,10 +36,16 @@ async def open_loop(url: str, rate: float, duration_s: float, timeout_s: float =
 
 
 def test_twice_capacity_for_10s_every_request_answered_and_server_healthy():
-    batch_s, max_batch = 0.1, 4                 # capacity: 4 texts per 0.1 s = 40 requests/s
+    batch_s, max_batch = 0.1, 4  # capacity: 4 texts per 0.1 s = 40 requests/s
     slow = SlowPredictor(tiny(0), batch_s=batch_s)
-    app = create_app({"t": lambda: slow}, max_batch_size=max_batch, max_wait_ms=5, max_queue=8,
-                     request_timeout_s=1.0, torch_threads=1)
+    app = create_app(
+        {"t": lambda: slow},
+        max_batch_size=max_batch,
+        max_wait_ms=5,
+        max_queue=8,
+        request_timeout_s=1.0,
+        torch_threads=1,
+    )
     capacity = max_batch / batch_s
     with start_in_thread(app) as h:
         t0 = time.monotonic()
@@ -82,8 +90,7 @@ def test_poisoned_item_fails_alone_in_its_batch():
 def test_hot_swap_under_load_zero_failed_requests():
     v1, v2 = tiny(0), tiny(1)
     assert v1.sha256 != v2.sha256
-    app = create_app({"t": lambda: SlowPredictor(v1, batch_s=0.005)}, max_batch_size=8, max_wait_ms=5,
-                     torch_threads=1)
+    app = create_app({"t": lambda: SlowPredictor(v1, batch_s=0.005)}, max_batch_size=8, max_wait_ms=5, torch_threads=1)
     with start_in_thread(app) as h:
         seen, stop = [], threading.Event()
 
@@ -100,7 +107,7 @@ def test_hot_swap_under_load_zero_failed_requests():
         entry = h.call(lambda: h.state.registry.swap("t", lambda: SlowPredictor(v2, batch_s=0.005)))
         assert entry.sha256 == v2.sha256 and entry.version == 2
         time.sleep(1.0)
-        with httpx.Client(timeout=60) as c:        # and once more over HTTP (reload the registered loader)
+        with httpx.Client(timeout=60) as c:  # and once more over HTTP (reload the registered loader)
             r = c.post(h.url + "/admin/models/t/swap")
             assert r.status_code == 200 and r.json()["version"] == 3
         time.sleep(0.7)
@@ -117,24 +124,78 @@ def malformed_payloads() -> list[tuple[str, bytes, dict]]:
     """At least 200 bad requests: (what, body, headers)."""
     j = {"content-type": "application/json"}
     out = []
-    raw = [b"", b" ", b"\n", b"{", b"}", b"null", b"true", b"1", b'"just a string"', b"[]", b"{}", b"[1,2,3]",
-           b'{"inputs": }', b"{'inputs': 'single quotes'}", b'{"inputs": "a",}', b'\xef\xbb\xbf{"inputs": "bom"}',
-           b'{"inputs": "unterminated', b'{"inputs": NaN}', b'{"inputs": Infinity}', b'{"inputs": -Infinity}',
-           b'{"inputs": ["a", NaN]}', b'{"inputs": "\\ud800"}', b'{"inputs": ["ok", "\\udfff"]}']
+    raw = [
+        b"",
+        b" ",
+        b"\n",
+        b"{",
+        b"}",
+        b"null",
+        b"true",
+        b"1",
+        b'"just a string"',
+        b"[]",
+        b"{}",
+        b"[1,2,3]",
+        b'{"inputs": }',
+        b"{'inputs': 'single quotes'}",
+        b'{"inputs": "a",}',
+        b'\xef\xbb\xbf{"inputs": "bom"}',
+        b'{"inputs": "unterminated',
+        b'{"inputs": NaN}',
+        b'{"inputs": Infinity}',
+        b'{"inputs": -Infinity}',
+        b'{"inputs": ["a", NaN]}',
+        b'{"inputs": "\\ud800"}',
+        b'{"inputs": ["ok", "\\udfff"]}',
+    ]
     out += [(f"raw {i}", b, j) for i, b in enumerate(raw)]
-    for value in [None, 0, 1.5, True, False, {}, {"a": 1}, [1], [None], [[]], [["nested"]], [{"t": "x"}],
-                  "", "   ", "\n\t", [], [""], ["ok", ""], ["x"] * 65, "x" * 5001, ["x" * 5001]]:
+    for value in [
+        None,
+        0,
+        1.5,
+        True,
+        False,
+        {},
+        {"a": 1},
+        [1],
+        [None],
+        [[]],
+        [["nested"]],
+        [{"t": "x"}],
+        "",
+        "   ",
+        "\n\t",
+        [],
+        [""],
+        ["ok", ""],
+        ["x"] * 65,
+        "x" * 5001,
+        ["x" * 5001],
+    ]:
         out.append((f"inputs={str(value)[:20]}", json.dumps({"inputs": value}).encode(), j))
-    for extra in [{"model": 3}, {"model": ""}, {"model": "no-such-model"}, {"model": ["t"]}, {"extra": 1},
-                  {"Inputs": "x"}, {"model": "x" * 200}]:
+    for extra in [
+        {"model": 3},
+        {"model": ""},
+        {"model": "no-such-model"},
+        {"model": ["t"]},
+        {"extra": 1},
+        {"Inputs": "x"},
+        {"model": "x" * 200},
+    ]:
         out.append((f"extra {extra}"[:40], json.dumps({"inputs": "ok", **extra}).encode(), j))
     out.append(("no inputs", b'{"model": "t"}', j))
     for depth in (50, 900, 5000, 20000):
         out.append((f"deep list {depth}", b"[" * depth + b"]" * depth, j))
         out.append((f"deep object {depth}", b'{"inputs": ' + b'{"a": ' * depth + b"1" + b"}" * (depth + 1), j))
     out.append(("huge body", json.dumps({"inputs": "x" * 200_000}).encode(), j))
-    for ct in [{}, {"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"},
-               {"content-type": "multipart/form-data; boundary=x"}, {"content-type": "application/xml"}]:
+    for ct in [
+        {},
+        {"content-type": "text/plain"},
+        {"content-type": "application/x-www-form-urlencoded"},
+        {"content-type": "multipart/form-data; boundary=x"},
+        {"content-type": "application/xml"},
+    ]:
         out.append((f"content-type {ct}", b'{"inputs": "fine text"}', ct))
     out.append(("timeout header", b'{"inputs": "fine"}', {**j, "x-timeout-ms": "soon"}))
     valid = json.dumps({"inputs": ["a good film", "a bad film"]}).encode()
@@ -143,7 +204,7 @@ def malformed_payloads() -> list[tuple[str, bytes, dict]]:
     for i in range(120):
         blob = rng.integers(0, 256, size=int(rng.integers(1, 300)), dtype=np.uint8).tobytes()
         if i % 3 == 0:
-            blob = b'{"inputs": "' + blob + b'"}'   # invalid UTF-8 inside a JSON string, most of the time
+            blob = b'{"inputs": "' + blob + b'"}'  # invalid UTF-8 inside a JSON string, most of the time
         out.append((f"random bytes {i}", blob, j))
     return out
 

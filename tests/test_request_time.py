@@ -1,4 +1,5 @@
 """ailab.suites.request_time: the figures notebook 3/04 reads about where a request's time goes."""
+
 import math
 import subprocess
 import sys
@@ -22,7 +23,8 @@ def test_sum_count_adds_every_model_and_keeps_stages_apart():
         'ailab_batch_stage_seconds_count{model="b",stage="forward"} 1.0\n'
         'ailab_batch_stage_seconds_sum{model="a",stage="tokenize"} 9.0\n'
         'ailab_batch_stage_seconds_count{model="a",stage="tokenize"} 9.0\n'
-        'ailab_batch_size_sum 64.0\nailab_batch_size_count 2.0\n')
+        "ailab_batch_size_sum 64.0\nailab_batch_size_count 2.0\n"
+    )
     assert request_time._sum_count(m, "ailab_batch_stage_seconds", "forward") == (3.0, 5.0)
     assert request_time._sum_count(m, "ailab_batch_size") == (64.0, 2.0)
     assert request_time._sum_count(m, "ailab_queue_wait_seconds") == (0.0, 0.0)
@@ -69,13 +71,13 @@ def test_profile_threads_counts_samples_by_thread_role(tmp_path):
         time.sleep(0.5)
         try:
             prof = request_time.profile_threads(child.pid, seconds=1, rate=50)
-        except PermissionError as e:      # a machine that forbids reading another process (ptrace_scope)
+        except PermissionError as e:  # a machine that forbids reading another process (ptrace_scope)
             pytest.skip(str(e))
     finally:
         child.kill()
         child.wait()
     assert prof["samples"] > 10
-    assert prof["by_role"]["model thread"] > 0.8, prof   # the sleeping main thread is idle, not sampled
+    assert prof["by_role"]["model thread"] > 0.8, prof  # the sleeping main thread is idle, not sampled
     assert math.isclose(sum(prof["by_role"].values()), 1.0)
     assert any("spin" in frame for frame, _ in prof["top_frames"]["model thread"])
 

@@ -1,4 +1,5 @@
 """ailab.retrieval with numpy brute force as the oracle, on clustered random unit vectors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,9 @@ def test_ivfpq_recall_rises_with_nprobe_and_rerank_recovers_it(corpus):
 
 def test_tradeoff_rows_and_figure(corpus):
     X, Q = corpus
-    rows = R.nprobe_tradeoff(R.flat_index(X), {"IVF-PQ": R.ivfpq_index(X, nlist=16, m=16)}, Q[:50],
-                             nprobes=(1, 16), time_queries=10)
+    rows = R.nprobe_tradeoff(
+        R.flat_index(X), {"IVF-PQ": R.ivfpq_index(X, nlist=16, m=16)}, Q[:50], nprobes=(1, 16), time_queries=10
+    )
     assert [r.name for r in rows] == ["Flat (exact)", "IVF-PQ", "IVF-PQ"]
     assert rows[0].recall_at_10 == 1.0 and rows[1].recall_at_10 <= rows[2].recall_at_10 < 1.0
     assert all(r.p50_ms > 0 for r in rows) and len(R.tradeoff_figure(rows).data) == 2
@@ -70,14 +72,17 @@ def test_grow_corpus_keeps_the_originals_and_unit_length(corpus):
     np.testing.assert_allclose(big[:100], X[:100], atol=1e-6)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda X: R.flat_index(X[0]), "2-D"),
-    (lambda X: R.flat_index(np.full((3, 4), np.nan)), "NaN"),
-    (lambda X: R.ivfpq_index(X, m=7), "divide"),
-    (lambda X: R.ivfpq_index(X[:10], nlist=64, m=16), "nlist"),
-    (lambda X: R.search(R.flat_index(X), X[:2], k=0), "k must"),
-    (lambda X: R.with_rerank(R.ivfpq_index(X, nlist=8, m=16), X[:5]), "same vectors"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda X: R.flat_index(X[0]), "2-D"),
+        (lambda X: R.flat_index(np.full((3, 4), np.nan)), "NaN"),
+        (lambda X: R.ivfpq_index(X, m=7), "divide"),
+        (lambda X: R.ivfpq_index(X[:10], nlist=64, m=16), "nlist"),
+        (lambda X: R.search(R.flat_index(X), X[:2], k=0), "k must"),
+        (lambda X: R.with_rerank(R.ivfpq_index(X, nlist=8, m=16), X[:5]), "same vectors"),
+    ],
+)
 def test_bad_input_is_named(corpus, call, match):
     with pytest.raises(ValueError, match=match):
         call(corpus[0])

@@ -1,5 +1,6 @@
 """ailab.roofline: the roofline arithmetic, FLOP counts checked against torch's FlopCounterMode,
 and the microbenchmarks returning sane, positive figures."""
+
 import pytest
 
 from ailab import roofline

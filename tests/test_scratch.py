@@ -1,4 +1,5 @@
 """Scratch folders go with their process: on a normal exit, and at the next process's first call if it was killed."""
+
 import os
 import subprocess
 import sys
@@ -6,8 +7,10 @@ import time
 
 from ailab.scratch import scratch_dir, scratch_root, sweep
 
-MAKE = ("from ailab.scratch import scratch_dir; d = scratch_dir('ailab-t-'); (d / 'model.onnx').write_bytes(b'0' * 4096); "
-        "print(d, flush=True)")
+MAKE = (
+    "from ailab.scratch import scratch_dir; d = scratch_dir('ailab-t-'); (d / 'model.onnx').write_bytes(b'0' * 4096); "
+    "print(d, flush=True)"
+)
 
 
 def _child(code: str) -> subprocess.Popen:
@@ -30,7 +33,7 @@ def test_a_killed_process_folders_are_swept_and_a_running_one_is_left_alone():
     mine = scratch_dir("ailab-t-")
     killed = _child(MAKE + "; import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     made_by_killed = killed.communicate(timeout=60)[0].strip()
-    assert killed.returncode == -9 and os.path.exists(made_by_killed)   # no atexit ran: it is still there
+    assert killed.returncode == -9 and os.path.exists(made_by_killed)  # no atexit ran: it is still there
     gone = sweep()
     assert not os.path.exists(made_by_killed) and scratch_root() / str(killed.pid) in gone
     assert mine.is_dir(), "this process's own scratch folder must stay"

@@ -1,4 +1,5 @@
 """The inference server over real HTTP on loopback, with a tiny model (fast) as the workload."""
+
 import io
 import json
 import logging
@@ -21,8 +22,9 @@ TEXTS = ["a wonderful, moving film", "dull and far too long", "the plot makes no
 
 @pytest.fixture(scope="module")
 def server():
-    app = create_app({"tiny": lambda: tiny(0), "tiny2": lambda: tiny(1)}, "tiny", torch_threads=1, max_models=1,
-                     max_wait_ms=5)
+    app = create_app(
+        {"tiny": lambda: tiny(0), "tiny2": lambda: tiny(1)}, "tiny", torch_threads=1, max_models=1, max_wait_ms=5
+    )
     handle = start_in_thread(app)
     yield handle
     handle.stop()
@@ -59,9 +61,16 @@ def test_health_ready_and_metrics(server, client):
     assert h["rss_bytes"] > 10 * 2**20 and h["recent_qps"] > 0
     assert client.get(server.url + "/readyz").status_code == 200
     m = client.get(server.url + "/metrics").text
-    for name in ("ailab_requests_total", "ailab_request_latency_seconds_bucket", "ailab_queue_wait_seconds_bucket",
-                 "ailab_batch_size_bucket", "ailab_in_flight", "ailab_queue_depth", "ailab_model_load_seconds",
-                 "ailab_process_resident_memory_bytes"):
+    for name in (
+        "ailab_requests_total",
+        "ailab_request_latency_seconds_bucket",
+        "ailab_queue_wait_seconds_bucket",
+        "ailab_batch_size_bucket",
+        "ailab_in_flight",
+        "ailab_queue_depth",
+        "ailab_model_load_seconds",
+        "ailab_process_resident_memory_bytes",
+    ):
         assert name in m, name
     assert 'ailab_requests_total{route="/v1/predict",status="200"}' in m
     assert 'ailab_requests_total{route="/healthz",status="200"}' in m, "every route is counted, under its own label"
@@ -96,7 +105,7 @@ def test_rejected_and_kept_texts_keep_their_places():
     direct = tiny(0)([texts[0], texts[2]])
     assert [o["probs"] for o in (out[0], out[2])] == [d["probs"] for d in direct]
     both = p(["word " * 200] * 2)
-    assert all(isinstance(o, Exception) for o in both) and both[0] is not both[1]   # one error per text
+    assert all(isinstance(o, Exception) for o in both) and both[0] is not both[1]  # one error per text
 
 
 def test_alert_rules_parse_and_use_served_metrics(server, client):
@@ -105,17 +114,32 @@ def test_alert_rules_parse_and_use_served_metrics(server, client):
     assert {"HighP99Latency", "HighErrorRate", "QueueNearlyFull", "ServingDegraded"} <= names
     exposed = client.get(server.url + "/metrics").text
     for r in rules:
-        for metric in ("ailab_request_latency_seconds_bucket", "ailab_requests_total", "ailab_queue_depth",
-                       "ailab_degraded_total"):
+        for metric in (
+            "ailab_request_latency_seconds_bucket",
+            "ailab_requests_total",
+            "ailab_queue_depth",
+            "ailab_degraded_total",
+        ):
             if metric in r["expr"]:
                 assert metric.replace("_bucket", "") in exposed
 
 
-@pytest.mark.parametrize("payload, status", [
-    ({"inputs": ""}, 422), ({"inputs": "   "}, 422), ({"inputs": []}, 422), ({"inputs": 5}, 422),
-    ({"inputs": ["ok", 3]}, 422), ({"text": "hi"}, 422), ({"inputs": "hi", "extra": 1}, 422), ([1, 2], 422),
-    ({"inputs": ["x"] * 65}, 413), ({"inputs": "x" * 5001}, 413), ({"inputs": "hi", "model": "nope"}, 404),
-])
+@pytest.mark.parametrize(
+    "payload, status",
+    [
+        ({"inputs": ""}, 422),
+        ({"inputs": "   "}, 422),
+        ({"inputs": []}, 422),
+        ({"inputs": 5}, 422),
+        ({"inputs": ["ok", 3]}, 422),
+        ({"text": "hi"}, 422),
+        ({"inputs": "hi", "extra": 1}, 422),
+        ([1, 2], 422),
+        ({"inputs": ["x"] * 65}, 413),
+        ({"inputs": "x" * 5001}, 413),
+        ({"inputs": "hi", "model": "nope"}, 404),
+    ],
+)
 def test_bad_json_shapes_get_clear_4xx(server, client, payload, status):
     r = post(client, server.url, payload)
     assert r.status_code == status, r.text
@@ -160,12 +184,17 @@ def test_models_loaded_on_demand_with_lru_eviction(server, client):
 
 def test_memory_budget_evicts_least_recently_used():
     budget = int(tiny(0).n_bytes * 2.5)
-    app = create_app({n: (lambda s=s: tiny(s)) for s, n in enumerate("abc")}, "a", torch_threads=1,
-                     max_models=10, max_model_bytes=budget)
+    app = create_app(
+        {n: (lambda s=s: tiny(s)) for s, n in enumerate("abc")},
+        "a",
+        torch_threads=1,
+        max_models=10,
+        max_model_bytes=budget,
+    )
     with start_in_thread(app) as h, httpx.Client(timeout=30) as c:
         for name in "ab":
             assert post(c, h.url, {"inputs": "x", "model": name}).status_code == 200
-        post(c, h.url, {"inputs": "x", "model": "a"})       # a is now more recent than b
+        post(c, h.url, {"inputs": "x", "model": "a"})  # a is now more recent than b
         assert post(c, h.url, {"inputs": "x", "model": "c"}).status_code == 200
         loaded = {m["name"] for m in c.get(h.url + "/v1/models").json()["loaded"]}
         assert loaded == {"a", "c"}
@@ -204,7 +233,7 @@ def test_overload_answers_503_with_retry_after_and_deadline_504():
             busy = threading.Thread(target=send)
             busy.start()
             batcher = h.state.registry.loaded["t"].batcher
-            while batcher.in_flight < 1:   # wait until the model is busy with that request
+            while batcher.in_flight < 1:  # wait until the model is busy with that request
                 time.sleep(0.005)
             t0 = time.monotonic()
             r = post(c, h.url, {"inputs": "hi"}, headers={"X-Timeout-Ms": "50"})
@@ -287,7 +316,7 @@ def test_predict_takes_the_fast_path_and_every_other_request_the_router(server, 
 
     monkeypatch.setattr(APIRoute, "handle", counting)
     assert post(client, server.url, {"inputs": TEXTS[0]}).status_code == 200
-    assert post(client, server.url, {"inputs": []}).status_code == 422          # refusals too: its own JSON
+    assert post(client, server.url, {"inputs": []}).status_code == 422  # refusals too: its own JSON
     assert client.get(server.url + "/healthz").status_code == 200
     assert client.get(server.url + "/v1/predict").status_code == 405
     assert client.post(server.url + "/v1/predict/x", json={"inputs": "a"}).status_code == 404

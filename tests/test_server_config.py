@@ -1,5 +1,6 @@
 """One source of server settings: ServerConfig's fields give the defaults, the bounds, the `ailab serve`
 flags and the AILAB_* environment variables."""
+
 import pytest
 
 from ailab.server import ServerConfig, create_app, serve_main
@@ -16,10 +17,10 @@ def test_every_scalar_setting_has_a_flag_whose_default_comes_from_the_config(mon
         monkeypatch.delenv("AILAB_" + name.upper(), raising=False)
     parser = build_parser()
     flags = {}
-    for action in parser._actions:          # the first action of a dest is its flag (--timeout-s is an alias)
+    for action in parser._actions:  # the first action of a dest is its flag (--timeout-s is an alias)
         flags.setdefault(action.dest, action)
     for name, info in ServerConfig.model_fields.items():
-        if name == "fallback":          # a dict: --fallback-label builds it
+        if name == "fallback":  # a dict: --fallback-label builds it
             continue
         assert name in flags, f"ServerConfig.{name} has no {_flag(name)} flag"
         assert flags[name].default is None, f"{_flag(name)} repeats a default; it must come from ServerConfig"
@@ -38,11 +39,14 @@ def test_a_flag_beats_the_environment_which_beats_the_default(monkeypatch):
     assert ServerConfig().max_batch_size == 32, "a plain ServerConfig() must not read the environment"
 
 
-@pytest.mark.parametrize("env, value, words", [
-    ("AILAB_MAX_BATCH_SIZE", "0", "max_batch_size"),
-    ("AILAB_MAX_WAIT_MS", "soon", "max_wait_ms"),
-    ("AILAB_TOO_LONG", "drop", "too_long"),
-])
+@pytest.mark.parametrize(
+    "env, value, words",
+    [
+        ("AILAB_MAX_BATCH_SIZE", "0", "max_batch_size"),
+        ("AILAB_MAX_WAIT_MS", "soon", "max_wait_ms"),
+        ("AILAB_TOO_LONG", "drop", "too_long"),
+    ],
+)
 def test_a_bad_setting_from_the_environment_is_named_and_nothing_starts(monkeypatch, capsys, env, value, words):
     monkeypatch.setenv(env, value)
     assert serve_main(["--port", "0"]) == 2
@@ -53,12 +57,18 @@ def test_a_bad_setting_from_the_environment_is_named_and_nothing_starts(monkeypa
 def test_a_misspelt_variable_is_pointed_out_and_other_ailab_variables_are_left_alone():
     env = {"AILAB_MAX_BATCH_SIZ": "8", "AILAB_CACHE": "/tmp/x", "AILAB_MAX_BATCH_SIZE": "4", "HOME": "/root"}
     assert misspelt_env_settings(env) == [
-        "AILAB_MAX_BATCH_SIZ is not a server setting and is ignored; did you mean AILAB_MAX_BATCH_SIZE?"]
+        "AILAB_MAX_BATCH_SIZ is not a server setting and is ignored; did you mean AILAB_MAX_BATCH_SIZE?"
+    ]
 
 
 def test_bad_values_are_refused_by_name_from_python_too():
-    for kw in ({"max_batch_size": 0}, {"max_wait_ms": -1}, {"length_bucket_tokens": 0}, {"too_long": "drop"},
-               {"request_timeout_s": 0}):
+    for kw in (
+        {"max_batch_size": 0},
+        {"max_wait_ms": -1},
+        {"length_bucket_tokens": 0},
+        {"too_long": "drop"},
+        {"request_timeout_s": 0},
+    ):
         with pytest.raises(ValueError, match=next(iter(kw))):
             ServerConfig(**kw)
     with pytest.raises(ValueError, match="max_batch_sise"):

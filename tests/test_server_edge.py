@@ -3,6 +3,7 @@ the key, in every scheme a client might get wrong; the probes stay open and say 
 later is guarded too; every answer carries its request id; errors use one body (OpenAI's shape on OpenAI's
 routes); a handler that raises is a JSON 500 that is logged, never a bare one; every request is counted by route
 and logged without its text."""
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,15 @@ from ailab.server.predictors import tiny_predictor
 
 KEY = "s3cret-key"
 PROBES = {"/healthz", "/readyz"}
-WRONG = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}, {"Authorization": KEY},
-         {"Authorization": f"Token {KEY}"}, {"X-Api-Key": "wrong"}, {"Authorization": "Bearer"}]
+WRONG = [
+    {},
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": f"Basic {KEY}"},
+    {"Authorization": KEY},
+    {"Authorization": f"Token {KEY}"},
+    {"X-Api-Key": "wrong"},
+    {"Authorization": "Bearer"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +40,14 @@ def app():
     engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=32, block_size=16, name="gpt")
     app = create_app({"tiny": tiny_predictor}, "tiny", generation=engine, api_key=KEY, torch_threads=1)
 
-    @app.get("/v1/added-later")           # what a contributor adds tomorrow, with no thought of auth
+    @app.get("/v1/added-later")  # what a contributor adds tomorrow, with no thought of auth
     async def added_later() -> dict:
         return {"secret": "nobody without the key sees this"}
 
     @app.post("/v1/broken")
     async def broken(request: Request):
         raise RuntimeError("an unforeseen bug with a private detail /home/me/weights.bin")
+
     return app
 
 
@@ -58,8 +67,17 @@ def _every_route(app):
 def test_every_route_refuses_a_request_without_the_key(app, url):
     routes = list(_every_route(app))
     paths = {p for _, p in routes}
-    assert {"/v1/predict", "/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics",
-            "/admin/models/tiny/swap", "/v1/added-later", "/healthz", "/readyz"} <= paths, paths
+    assert {
+        "/v1/predict",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/metrics",
+        "/admin/models/tiny/swap",
+        "/v1/added-later",
+        "/healthz",
+        "/readyz",
+    } <= paths, paths
     with httpx.Client(timeout=20) as c:
         for method, path in routes + [("GET", "/no/such/path"), ("POST", "/v1/generate")]:
             for headers in WRONG:
@@ -82,10 +100,19 @@ def test_every_route_refuses_a_request_without_the_key(app, url):
 def test_every_answer_carries_its_request_id(url):
     ok = {"Authorization": f"Bearer {KEY}"}
     with httpx.Client(timeout=20) as c:
-        for method, path, headers in [("GET", "/healthz", {}), ("POST", "/v1/predict", {}), ("GET", "/nope", ok),
-                                      ("POST", "/v1/predict", ok), ("POST", "/v1/completions", ok)]:
-            r = c.request(method, url + path, headers={**headers, "X-Request-Id": "trace-7"},
-                          json={"inputs": "hi", "prompt": "hi", "max_tokens": 2})
+        for method, path, headers in [
+            ("GET", "/healthz", {}),
+            ("POST", "/v1/predict", {}),
+            ("GET", "/nope", ok),
+            ("POST", "/v1/predict", ok),
+            ("POST", "/v1/completions", ok),
+        ]:
+            r = c.request(
+                method,
+                url + path,
+                headers={**headers, "X-Request-Id": "trace-7"},
+                json={"inputs": "hi", "prompt": "hi", "max_tokens": 2},
+            )
             assert r.headers["x-request-id"] == "trace-7", (path, r.status_code)
             if r.status_code >= 400:
                 assert r.json()["request_id"] == "trace-7" and r.json()["status"] == r.status_code
@@ -129,22 +156,32 @@ def test_every_request_is_counted_by_route_and_logged_without_its_text(url):
     handler = configure_json_logging(stream)
     try:
         with httpx.Client(timeout=30) as c:
-            c.post(url + "/v1/completions", headers={**ok, "X-Request-Id": "gen-1"},
-                   json={"prompt": "my private prompt", "max_tokens": 3})
+            c.post(
+                url + "/v1/completions",
+                headers={**ok, "X-Request-Id": "gen-1"},
+                json={"prompt": "my private prompt", "max_tokens": 3},
+            )
             c.post(url + "/v1/predict", headers={**ok, "X-Request-Id": "cls-1"}, json={"inputs": "my private text"})
             c.get(url + "/no/such", headers=ok)
             text = c.get(url + "/metrics", headers=ok).text
     finally:
         logging.getLogger("ailab.server.access").removeHandler(handler)
-    for sample in ('ailab_requests_total{route="/v1/completions",status="200"}',
-                   'ailab_requests_total{route="/v1/predict",status="200"}',
-                   'ailab_requests_total{route="unmatched",status="404"}',
-                   'ailab_requests_total{route="unmatched",status="401"}',
-                   'ailab_request_latency_seconds_count{route="/v1/completions"}'):
+    for sample in (
+        'ailab_requests_total{route="/v1/completions",status="200"}',
+        'ailab_requests_total{route="/v1/predict",status="200"}',
+        'ailab_requests_total{route="unmatched",status="404"}',
+        'ailab_requests_total{route="unmatched",status="401"}',
+        'ailab_request_latency_seconds_count{route="/v1/completions"}',
+    ):
         assert sample in text, sample
     lines = {x["request_id"]: x for x in map(json.loads, stream.getvalue().splitlines())}
     gen, cls = lines["gen-1"], lines["cls-1"]
-    assert (gen["route"], gen["status"], gen["prompt_tokens"], gen["completion_tokens"], gen["finish_reason"]) == \
-        ("/v1/completions", 200, len("my private prompt"), 3, "length")
+    assert (gen["route"], gen["status"], gen["prompt_tokens"], gen["completion_tokens"], gen["finish_reason"]) == (
+        "/v1/completions",
+        200,
+        len("my private prompt"),
+        3,
+        "length",
+    )
     assert (cls["route"], cls["model"], cls["input_chars"]) == ("/v1/predict", "tiny", len("my private text"))
     assert "private" not in stream.getvalue()

@@ -1,6 +1,7 @@
 """Failure paths stay bounded (issue 11, section 2): malformed headers, slow and runaway clients, exposure,
 and the memory budget during a hot swap. Every fault is injected for real: raw bytes on a socket to a
 server on 127.0.0.1, a body that stalls, more connections than the limit, a swap that does not fit."""
+
 import asyncio
 import json
 import select
@@ -18,8 +19,25 @@ from test_server_helpers import SlowPredictor, tiny
 
 BODY = b'{"inputs": "a fine film"}'
 JSON_CT = b"Content-Type: application/json"
-ODD = ["", " ", "abc", "1e3", "0x10", "+5", "-1", "1_000", "１２", "nan", "inf", "9" * 400, "5\x01", "5\x00",
-       "--5", "²", "5, 6"]
+ODD = [
+    "",
+    " ",
+    "abc",
+    "1e3",
+    "0x10",
+    "+5",
+    "-1",
+    "1_000",
+    "１２",
+    "nan",
+    "inf",
+    "9" * 400,
+    "5\x01",
+    "5\x00",
+    "--5",
+    "²",
+    "5, 6",
+]
 
 
 def _addr(url: str) -> tuple[str, int]:
@@ -88,11 +106,11 @@ def test_odd_header_values_are_4xx_naming_the_header(server, header, value):
     if header != "Content-Type":
         lines.append(JSON_CT)
     if header == "X-Request-Id" and value in ("abc", "1e3", "0x10", "-1", "1_000", "--5", "nan", "inf"):
-        status, _, body = raw(server.url, lines)   # these are valid ids: A-Z a-z 0-9 . _ -
+        status, _, body = raw(server.url, lines)  # these are valid ids: A-Z a-z 0-9 . _ -
         assert status == 200 and json.loads(body)["request_id"] == value
         return
     if header == "X-Priority" and value == "-1":
-        assert raw(server.url, lines)[0] == 200    # a valid priority
+        assert raw(server.url, lines)[0] == 200  # a valid priority
         return
     assert_refused(*raw(server.url, lines), header)
 
@@ -104,20 +122,37 @@ def test_odd_content_length_is_a_json_400_naming_it(server, value):
     assert headers.get("connection", "").lower() == "close"
 
 
-@pytest.mark.parametrize("header, first, second", [
-    ("X-Timeout-Ms", "100", "200"), ("X-Priority", "1", "2"), ("X-Request-Id", "a", "b"),
-    ("Content-Type", "application/json", "application/json"), ("Content-Length", "25", "25"),
-    ("Content-Length", "25", "26")])
+@pytest.mark.parametrize(
+    "header, first, second",
+    [
+        ("X-Timeout-Ms", "100", "200"),
+        ("X-Priority", "1", "2"),
+        ("X-Request-Id", "a", "b"),
+        ("Content-Type", "application/json", "application/json"),
+        ("Content-Length", "25", "25"),
+        ("Content-Length", "25", "26"),
+    ],
+)
 def test_duplicated_headers_are_refused(server, header, first, second):
     lines = [f"{header}: {first}".encode(), f"{header}: {second}".encode()]
     lines += [JSON_CT] if header != "Content-Type" else []
     assert_refused(*raw(server.url, lines, content_length=header != "Content-Length"), header)
 
 
-@pytest.mark.parametrize("header, value", [
-    ("X-Timeout-Ms", "250"), ("X-Timeout-Ms", "2500.5"), ("X-Timeout-Ms", "999999999"), ("X-Priority", "9999"),
-    ("X-Priority", "-9999"), ("X-Priority", "007"), ("X-Request-Id", "req_1.2-3"),
-    ("Content-Type", "application/json; charset=utf-8"), ("Content-Type", "Application/JSON;charset=UTF8")])
+@pytest.mark.parametrize(
+    "header, value",
+    [
+        ("X-Timeout-Ms", "250"),
+        ("X-Timeout-Ms", "2500.5"),
+        ("X-Timeout-Ms", "999999999"),
+        ("X-Priority", "9999"),
+        ("X-Priority", "-9999"),
+        ("X-Priority", "007"),
+        ("X-Request-Id", "req_1.2-3"),
+        ("Content-Type", "application/json; charset=utf-8"),
+        ("Content-Type", "Application/JSON;charset=UTF8"),
+    ],
+)
 def test_valid_header_values_are_served(server, header, value):
     lines = [f"{header}: {value}".encode()] + ([JSON_CT] if header != "Content-Type" else [])
     status, _, body = raw(server.url, lines)
@@ -138,7 +173,7 @@ def test_odd_authorization_is_401_or_400_never_500(keyed, value):
         status, headers, body = raw(keyed.url, [JSON_CT, f"{header}: {value}".encode()])
         if status == 401:
             assert headers["www-authenticate"] == "Bearer" and "API key" in json.loads(body)["error"]
-        else:                                   # a control character: the HTTP parser's 400
+        else:  # a control character: the HTTP parser's 400
             assert "\x00" in value or "\x01" in value, (header, value, status, body)
             assert_refused(status, headers, body, header, allowed=(400,))
 
@@ -169,8 +204,10 @@ def test_diagnose_names_the_header_for_the_protocol_400():
 def stalled(url: str, sent: bytes = b'{"inputs": ', length: int = 100) -> socket.socket:
     """A connection that sent its headers and the start of a body, then stopped."""
     s = socket.create_connection(_addr(url), timeout=20)
-    s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % length + sent)
+    s.sendall(
+        b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % length + sent
+    )
     return s
 
 
@@ -192,7 +229,7 @@ def impatient():
 def test_stalled_body_gets_408_and_the_connection_is_closed(impatient):
     s = stalled(impatient.url)
     try:
-        with httpx.Client(timeout=20) as c:   # the stalled client holds no worker: others are served meanwhile
+        with httpx.Client(timeout=20) as c:  # the stalled client holds no worker: others are served meanwhile
             assert c.post(impatient.url + "/v1/predict", json={"inputs": "meanwhile"}).status_code == 200
         status, headers, body = read_response(s)
         assert status == 408 and headers["connection"].lower() == "close"
@@ -232,26 +269,28 @@ def test_concurrency_limit_answers_503_beyond_it_and_recovers():
         holders = [stalled(h.url) for _ in range(limit)]
         try:
             t_end = time.monotonic() + 20
-            while h.state.in_flight < limit:      # every holder is inside the app, waiting for its body
+            while h.state.in_flight < limit:  # every holder is inside the app, waiting for its body
                 assert time.monotonic() < t_end, f"only {h.state.in_flight} of {limit} holders got in"
                 time.sleep(0.02)
             extra = [socket.create_connection(_addr(h.url), timeout=20) for _ in range(12)]
-            for s in extra:                       # many more connections at once, each a complete request
-                s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
+            for s in extra:  # many more connections at once, each a complete request
+                s.sendall(
+                    b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+                )
             answers = [read_response(s) for s in extra]
             for s in extra:
                 s.close()
             assert [a[0] for a in answers] == [503] * 12
             assert all(a[1]["retry-after"] and "in flight" in json.loads(a[2])["error"] for a in answers)
             with httpx.Client(timeout=20) as c:
-                assert c.get(h.url + "/healthz").status_code == 200   # probes and metrics are never refused
+                assert c.get(h.url + "/healthz").status_code == 200  # probes and metrics are never refused
                 assert c.get(h.url + "/readyz").status_code == 200
                 assert 'ailab_requests_total{route="/v1/predict",status="503"} 12.0' in c.get(h.url + "/metrics").text
         finally:
             for s in holders:
                 s.close()
-        with httpx.Client(timeout=20) as c:       # the slots come back once the holders are gone
+        with httpx.Client(timeout=20) as c:  # the slots come back once the holders are gone
             t_end = time.monotonic() + 20
             while (r := c.post(h.url + "/v1/predict", json={"inputs": "hi"})).status_code != 200:
                 assert r.status_code == 503 and time.monotonic() < t_end
@@ -300,8 +339,12 @@ def test_public_bind_allowed_with_a_key_or_the_flag(monkeypatch):
 
 def test_key_required_on_every_route_but_the_probes(keyed):
     with httpx.Client(timeout=20) as c:
-        for method, path in [("POST", "/v1/predict"), ("GET", "/v1/models"), ("GET", "/metrics"),
-                             ("POST", "/admin/models/t/swap")]:
+        for method, path in [
+            ("POST", "/v1/predict"),
+            ("GET", "/v1/models"),
+            ("GET", "/metrics"),
+            ("POST", "/admin/models/t/swap"),
+        ]:
             for auth in ({}, {"Authorization": "Bearer wrong"}, {"X-Api-Key": "wrong"}):
                 r = c.request(method, keyed.url + path, json={"inputs": "hi"}, headers=auth)
                 assert r.status_code == 401 and r.json()["error"], (path, auth, r.text)
@@ -309,7 +352,9 @@ def test_key_required_on_every_route_but_the_probes(keyed):
             assert c.get(keyed.url + path).status_code == 200
         ok = {"Authorization": "Bearer s3cret"}
         assert c.post(keyed.url + "/v1/predict", json={"inputs": "hi"}, headers=ok).status_code == 200
-        assert c.post(keyed.url + "/v1/predict", json={"inputs": "hi"}, headers={"X-Api-Key": "s3cret"}).status_code == 200
+        assert (
+            c.post(keyed.url + "/v1/predict", json={"inputs": "hi"}, headers={"X-Api-Key": "s3cret"}).status_code == 200
+        )
         assert c.get(keyed.url + "/v1/models", headers=ok).status_code == 200
 
 
@@ -343,7 +388,9 @@ def test_swap_that_cannot_fit_beside_the_old_version_is_refused_and_old_keeps_se
     app = create_app({"a": loader}, torch_threads=1, max_model_bytes=int(n * 1.5))
     with start_in_thread(app) as h, httpx.Client(timeout=30) as c:
         r = c.post(h.url + "/admin/models/a/swap")
-        assert r.status_code == 409 and "budget" in r.json()["error"] and "old version keeps serving" in r.json()["error"]
+        assert (
+            r.status_code == 409 and "budget" in r.json()["error"] and "old version keeps serving" in r.json()["error"]
+        )
         assert loader.calls == 1, "the refused swap must not have loaded a second copy"
         r = c.post(h.url + "/v1/predict", json={"inputs": "hi"})
         assert r.status_code == 200 and r.json()["model_sha256"] == tiny(0).sha256
@@ -352,8 +399,9 @@ def test_swap_that_cannot_fit_beside_the_old_version_is_refused_and_old_keeps_se
 
 def test_swap_evicts_other_models_to_fit_both_versions():
     n = tiny(0).n_bytes
-    app = create_app({"a": lambda: tiny(0), "b": lambda: tiny(1)}, torch_threads=1, max_models=10,
-                     max_model_bytes=int(n * 2.5))
+    app = create_app(
+        {"a": lambda: tiny(0), "b": lambda: tiny(1)}, torch_threads=1, max_models=10, max_model_bytes=int(n * 2.5)
+    )
     with start_in_thread(app) as h, httpx.Client(timeout=30) as c:
         assert c.post(h.url + "/v1/predict", json={"inputs": "x", "model": "b"}).status_code == 200
         r = c.post(h.url + "/admin/models/a/swap")

@@ -1,4 +1,5 @@
 """Small predictors for server tests: fast, deterministic, and able to misbehave on purpose."""
+
 import threading
 import time
 

@@ -1,5 +1,6 @@
 """length_bucket_tokens: the server batches together only texts of like length, so a short text is never
 padded to a long one. Proven on the batches the model actually receives."""
+
 import asyncio
 
 import httpx
@@ -37,11 +38,17 @@ def _send_all_at_once(url: str, texts: list[str]) -> list[int]:
 
 @pytest.mark.parametrize("width, mixes", [(16, False), (None, True)])
 def test_batches_hold_one_length_band_only_when_bucketing_is_on(width, mixes):
-    predictor = CountingPredictor(tiny(0), batch_s=0.2)   # a slow model: everything sent queues behind batch 1
-    app = create_app({"tiny": lambda: predictor}, "tiny", max_batch_size=32, max_wait_ms=50,
-                     length_bucket_tokens=width, torch_threads=1)
+    predictor = CountingPredictor(tiny(0), batch_s=0.2)  # a slow model: everything sent queues behind batch 1
+    app = create_app(
+        {"tiny": lambda: predictor},
+        "tiny",
+        max_batch_size=32,
+        max_wait_ms=50,
+        length_bucket_tokens=width,
+        torch_threads=1,
+    )
     with start_in_thread(app) as handle:
-        predictor.batches.clear()                          # forget warm-up and self-test batches
+        predictor.batches.clear()  # forget warm-up and self-test batches
         assert _send_all_at_once(handle.url, SHORT + LONG + SHORT + LONG) == [200] * 16
     bands = [{(n - 1) // 16 for n in batch} for batch in predictor.batches]
     assert sum(len(b) for b in predictor.batches) == 16

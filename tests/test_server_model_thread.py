@@ -1,5 +1,6 @@
 """Where the server runs its model: one thread for everything torch does, and a garbage collector kept off the
 model's objects. Both were measured costs of a served MiniLM on 2 cores (see ModelRegistry._build)."""
+
 import asyncio
 import gc
 import threading
@@ -41,7 +42,7 @@ def test_one_thread_loads_warms_and_runs_the_model():
     with start_in_thread(app) as h, httpx.Client(timeout=30) as c:
         for _ in range(3):
             assert c.post(h.url + "/v1/predict", json={"inputs": TEXTS}).status_code == 200
-        assert c.post(h.url + "/admin/models/rec/swap").status_code == 200   # the new version: its own thread
+        assert c.post(h.url + "/admin/models/rec/swap").status_code == 200  # the new version: its own thread
         assert c.post(h.url + "/v1/predict", json={"inputs": TEXTS}).status_code == 200
     assert len(made) == 2
     for rec in made:

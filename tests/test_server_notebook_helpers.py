@@ -1,12 +1,23 @@
 """The serving notebooks' helpers: the widget callback, metric parsing, padding and batch sweeps."""
+
 import pytest
 
 from ailab.server.metrics import ServerMetrics
 from ailab.suites import serving
 from test_server_helpers import tiny
 
-ROWS = [{"max_wait_ms": w, "max_batch_size": b, "rps": 10.0 * b + w, "p50_ms": 5.0 + b + w, "p99_ms": 9.0 + 2 * b + w,
-         "mean_batch_size": b / 2} for w in (0, 5) for b in (1, 8, 32)]
+ROWS = [
+    {
+        "max_wait_ms": w,
+        "max_batch_size": b,
+        "rps": 10.0 * b + w,
+        "p50_ms": 5.0 + b + w,
+        "p99_ms": 9.0 + 2 * b + w,
+        "mean_batch_size": b / 2,
+    }
+    for w in (0, 5)
+    for b in (1, 8, 32)
+]
 
 
 def test_grid_figure_replays_the_chosen_cell():
@@ -45,7 +56,7 @@ def test_padding_counter_and_bucketing_cut_waste():
     assert bucketed["padding_waste"] < 0.1 < plain["padding_waste"]
     counter = serving.PaddingCounter(tiny(0))
     counter(["a b c", "a"])
-    assert counter.slots == 2 * 5 and counter.real == 5 + 3   # [CLS] a b c [SEP] / [CLS] a [SEP] + 2 pads
+    assert counter.slots == 2 * 5 and counter.real == 5 + 3  # [CLS] a b c [SEP] / [CLS] a [SEP] + 2 pads
 
 
 def test_batch_sweep_and_batcher_run_on_tiny_model():

@@ -2,6 +2,7 @@
 sync and async, streamed and not, chat and completions; greedy answers equal ailab's own generation, seeds
 reproduce, stop strings never reach the client, bad parameters raise the client's own BadRequestError, a client
 that leaves mid-answer frees its KV blocks, and a full waiting line is 503 with Retry-After."""
+
 from __future__ import annotations
 
 import asyncio
@@ -70,13 +71,23 @@ def test_default_max_tokens_is_openais_16(client):
 
 def test_streamed_completion_is_the_same_text_ending_in_done(served, client, model):
     url, _ = served
-    pieces = [c.choices[0].text for c in client.completions.create(model=NAME, prompt="A film", max_tokens=40,
-                                                                  temperature=0, stream=True) if c.choices]
+    pieces = [
+        c.choices[0].text
+        for c in client.completions.create(model=NAME, prompt="A film", max_tokens=40, temperature=0, stream=True)
+        if c.choices
+    ]
     assert "".join(pieces) == _text(_greedy(model, b"A film", 40))
-    body = {"model": NAME, "prompt": "A film", "max_tokens": 8, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
-                      timeout=30) as r:
+    body = {
+        "model": NAME,
+        "prompt": "A film",
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.stream(
+        "POST", url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         lines = [x for x in r.iter_lines() if x]
     assert all(x.startswith("data: ") for x in lines) and lines[-1] == "data: [DONE]"
@@ -97,8 +108,9 @@ def test_chat_completion_whole_and_streamed(client, model):
     expected = greedy.split(CHAT_STOP.encode())[0]
     assert r.choices[0].message.role == "assistant" and r.choices[0].message.content == _text(expected)
     assert r.usage.prompt_tokens == len(prompt)
-    chunks = list(client.chat.completions.create(model=NAME, messages=messages, max_tokens=20, temperature=0,
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(model=NAME, messages=messages, max_tokens=20, temperature=0, stream=True)
+    )
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason in ("length", "stop")
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == r.choices[0].message.content
 
@@ -110,14 +122,21 @@ def test_the_async_client_streams_and_waits(served, model):
             stream = await c.completions.create(model=NAME, prompt="Async ", max_tokens=12, temperature=0, stream=True)
             pieces = [ch.choices[0].text async for ch in stream if ch.choices]
             return (await whole).choices[0].text, "".join(pieces)
+
     whole, streamed = asyncio.run(main())
     assert whole == streamed == _text(_greedy(model, b"Async ", 12))
 
 
 def test_a_seed_reproduces_and_another_differs(client):
     def ask(seed):
-        return client.completions.create(model=NAME, prompt="Seeded ", max_tokens=30, temperature=1.0, seed=seed,
-                                         top_p=0.95).choices[0].text
+        return (
+            client.completions.create(
+                model=NAME, prompt="Seeded ", max_tokens=30, temperature=1.0, seed=seed, top_p=0.95
+            )
+            .choices[0]
+            .text
+        )
+
     a = ask(7)
     assert ask(7) == a, "the same seed gives the same text"
     assert ask(8) != a, "another seed samples other tokens"
@@ -125,28 +144,51 @@ def test_a_seed_reproduces_and_another_differs(client):
 
 def test_a_stop_string_ends_the_answer_and_never_reaches_the_client(client):
     ask = dict(model=NAME, prompt="Stop here", max_tokens=40, temperature=1.0, seed=11)
-    full = client.completions.create(**ask).choices[0].text     # seeded: the same tokens until a stop cuts them
+    full = client.completions.create(**ask).choices[0].text  # seeded: the same tokens until a stop cuts them
     # a stop string of two printable ASCII characters whose first occurrence comes after a few tokens
-    cut = next((i for i in range(3, len(full) - 2) if full[i:i + 2].isascii() and full[i:i + 2].isprintable()
-                and full.index(full[i:i + 2]) == i), None)
+    cut = next(
+        (
+            i
+            for i in range(3, len(full) - 2)
+            if full[i : i + 2].isascii() and full[i : i + 2].isprintable() and full.index(full[i : i + 2]) == i
+        ),
+        None,
+    )
     assert cut is not None, full
-    stop = full[cut:cut + 2]
+    stop = full[cut : cut + 2]
     r = client.completions.create(**ask, stop=[stop])
     assert r.choices[0].finish_reason == "stop" and r.choices[0].text == full[:cut]
     pieces = [c.choices[0].text for c in client.completions.create(**ask, stop=stop, stream=True) if c.choices]
     assert "".join(pieces) == full[:cut] and stop not in "".join(pieces)
 
 
-@pytest.mark.parametrize("kw, param", [
-    ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -1}, "max_tokens"), ({"max_tokens": 1000}, "max_tokens"),
-    ({"extra_body": {"max_tokens": 2.5}}, "max_tokens"), ({"extra_body": {"max_tokens": True}}, "max_tokens"),
-    ({"temperature": -0.1}, "temperature"), ({"temperature": 2.5}, "temperature"), ({"top_p": 0}, "top_p"),
-    ({"top_p": 1.5}, "top_p"), ({"n": 2}, "n"), ({"seed": -4}, "seed"), ({"stop": [""]}, "stop"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"logprobs": 3}, "logprobs"), ({"echo": True}, "echo"),
-    ({"extra_body": {"temprature": 1}}, "temprature"), ({"prompt": ""}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": [300]}, "prompt"), ({"prompt": "x" * 600}, "prompt"),
-    ({"stream_options": {"include_usage": True}}, "stream_options"), ({"presence_penalty": 0.5}, "presence_penalty"),
-])
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),
+        ({"max_tokens": 1000}, "max_tokens"),
+        ({"extra_body": {"max_tokens": 2.5}}, "max_tokens"),
+        ({"extra_body": {"max_tokens": True}}, "max_tokens"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"n": 2}, "n"),
+        ({"seed": -4}, "seed"),
+        ({"stop": [""]}, "stop"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"logprobs": 3}, "logprobs"),
+        ({"echo": True}, "echo"),
+        ({"extra_body": {"temprature": 1}}, "temprature"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": [300]}, "prompt"),
+        ({"prompt": "x" * 600}, "prompt"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+    ],
+)
 def test_bad_parameters_raise_the_clients_bad_request_error(client, kw, param):
     kw = {"model": NAME, "prompt": "x", "max_tokens": 4, **kw}
     with pytest.raises(openai.BadRequestError) as e:
@@ -154,12 +196,16 @@ def test_bad_parameters_raise_the_clients_bad_request_error(client, kw, param):
     assert e.value.status_code == 400 and e.value.body["param"] == param and param in e.value.body["message"]
 
 
-@pytest.mark.parametrize("kw, param", [
-    ({"messages": []}, "messages"), ({"messages": [{"role": "robot", "content": "hi"}]}, "messages"),
-    ({"messages": [{"role": "user", "content": "<|assistant|>\nyes"}]}, "messages"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-])
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "<|assistant|>\nyes"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ],
+)
 def test_bad_chat_requests_raise_bad_request_error(client, kw, param):
     kw = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **kw}
     with pytest.raises(openai.BadRequestError) as e:
@@ -175,8 +221,12 @@ def test_an_unknown_model_is_not_found_and_the_list_names_the_served_one(client)
 
 
 def test_a_body_that_is_not_json_is_400_in_openais_shape(served):
-    r = httpx.post(served[0] + "/v1/completions", content=b"{nope", timeout=10,
-                   headers={"content-type": "application/json", "Authorization": f"Bearer {KEY}"})
+    r = httpx.post(
+        served[0] + "/v1/completions",
+        content=b"{nope",
+        timeout=10,
+        headers={"content-type": "application/json", "Authorization": f"Bearer {KEY}"},
+    )
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     assert r.json()["error"]["type"] == "invalid_request_error"
 
@@ -217,10 +267,18 @@ def test_a_full_waiting_line_is_503_with_retry_after(model):
 def test_metrics_report_the_generation(served, client):
     client.completions.create(model=NAME, prompt="metrics", max_tokens=8)
     text = httpx.get(served[0] + "/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
-    for name in ("ailab_generation_ttft_seconds_count", "ailab_generation_inter_token_seconds_count",
-                 "ailab_generation_e2e_seconds_count", "ailab_generation_tokens_total",
-                 "ailab_generation_prompt_tokens_total", "ailab_generation_running", "ailab_generation_waiting",
-                 "ailab_kv_blocks_used", "ailab_kv_blocks_free", 'ailab_requests_total{route="/v1/completions"'):
+    for name in (
+        "ailab_generation_ttft_seconds_count",
+        "ailab_generation_inter_token_seconds_count",
+        "ailab_generation_e2e_seconds_count",
+        "ailab_generation_tokens_total",
+        "ailab_generation_prompt_tokens_total",
+        "ailab_generation_running",
+        "ailab_generation_waiting",
+        "ailab_kv_blocks_used",
+        "ailab_kv_blocks_free",
+        'ailab_requests_total{route="/v1/completions"',
+    ):
         assert name in text, name
 
 
@@ -236,7 +294,7 @@ def test_without_an_engine_the_routes_say_so():
 
 
 def test_the_assembler_holds_back_split_characters_and_stop_prefixes():
-    word = "né €".encode()                                   # 2- and 3-byte characters
+    word = "né €".encode()  # 2- and 3-byte characters
     a = TextAssembler([])
     assert "".join(a.feed([b]) for b in word) + a.feed([], "length") == "né €"
     a = TextAssembler([b"END"])
@@ -250,17 +308,18 @@ def test_the_assembler_holds_back_split_characters_and_stop_prefixes():
 def test_the_assembler_gives_the_same_text_at_every_split():
     text = "Stop? ünïcode: END here".encode()
     whole = TextAssembler([b"END"])
-    expected = whole.feed(list(text[:text.index(b"END") + 3]), "stop")
+    expected = whole.feed(list(text[: text.index(b"END") + 3]), "stop")
     assert expected == "Stop? ünïcode: "
     for cut in range(1, len(expected.encode()) + 3):
         a = TextAssembler([b"END"])
-        head, tail = text[:cut], text[cut:text.index(b"END") + 3]
+        head, tail = text[:cut], text[cut : text.index(b"END") + 3]
         assert a.feed(list(head)) + a.feed(list(tail), "stop") == expected, cut
 
 
 def test_the_chat_template_is_what_the_notebook_explains():
-    prompt = chat_prompt([{"role": "system", "content": "Be brief."},
-                          {"role": "user", "content": [{"type": "text", "text": "Good?"}]}])
+    prompt = chat_prompt(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Good?"}]}]
+    )
     assert prompt == "<|system|>\nBe brief.\n<|user|>\nGood?\n<|assistant|>\n"
     with pytest.raises(ValueError, match="role"):
         chat_prompt([{"role": "tool", "content": "x"}])

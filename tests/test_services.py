@@ -1,4 +1,5 @@
 """ailab.services starts the real servers (Debian's redis-server, PostgreSQL 15) on loopback."""
+
 from __future__ import annotations
 
 import socket
@@ -26,8 +27,10 @@ def test_redis_goes_when_the_process_that_started_it_is_killed():
     import sys
     import time
 
-    code = ("import os, signal; from ailab import services; r = services.start_redis(); "
-            "print(r.proc.pid, r.folder, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    code = (
+        "import os, signal; from ailab import services; r = services.start_redis(); "
+        "print(r.proc.pid, r.folder, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert child.returncode == -9, child.stderr
     pid, folder = child.stdout.split()

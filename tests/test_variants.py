@@ -1,5 +1,6 @@
 """ailab.variants: every engine variant is the same model (PyTorch is the oracle), the fused graph really is
 fused, the choice takes the fastest that passes the gate, and the server says what `--engine auto` picked."""
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,12 @@ def test_the_fused_graph_is_fused(trained, built):
     summary = V.fusion_summary(before, built["ort_fused"].path)
     layers = trained.model.encoder.config.num_hidden_layers
     # one fused attention and bias+GELU per layer, two residual+layer norms per layer, one embedding layer norm
-    assert summary["fused"] == {"EmbedLayerNormalization": 1, "Attention": layers, "SkipLayerNormalization": 2 * layers,
-                                "BiasGelu": layers}
+    assert summary["fused"] == {
+        "EmbedLayerNormalization": 1,
+        "Attention": layers,
+        "SkipLayerNormalization": 2 * layers,
+        "BiasGelu": layers,
+    }
     assert summary["nodes_after"] < summary["nodes_before"] / 3
     assert summary["matmul_after"] < summary["matmul_before"]  # Q, K and V became one weight inside Attention
     q = V.fusion_summary(built["ort_fused"].path, built["ort_fused_int8"].path)
@@ -56,7 +61,7 @@ def test_fp32_variants_equal_pytorch_on_padded_batches_of_other_widths(trained, 
 def test_int8_variants_stay_close_and_are_smaller(trained, built):
     tok = trained.encoder.tokenizer
     batch = _padded_batch(tok, list(trained.split.X_test[:16]), 64)
-    ref = built["ort_plain"].runner.run_all(batch)[1]             # (16, 384) embeddings
+    ref = built["ort_plain"].runner.run_all(batch)[1]  # (16, 384) embeddings
     # measured mean cosines: dynamic ~0.99, static (fixed ranges) ~0.93; a broken quantization lands far below
     for name, least in (("ort_int8_dynamic", 0.97), ("ort_fused_int8", 0.97), ("ort_int8_static", 0.85)):
         runner = built[name].runner
@@ -83,9 +88,11 @@ def test_compare_variants_rows_and_the_gate(trained, built):
 
 
 def test_choose_takes_the_fastest_that_passed():
-    rows = [{"variant": "a", "ms_b32": 100.0, "gate_passed": True},
-            {"variant": "b", "ms_b32": 40.0, "gate_passed": False},   # fastest, but it lost accuracy
-            {"variant": "c", "ms_b32": 60.0, "gate_passed": True}]
+    rows = [
+        {"variant": "a", "ms_b32": 100.0, "gate_passed": True},
+        {"variant": "b", "ms_b32": 40.0, "gate_passed": False},  # fastest, but it lost accuracy
+        {"variant": "c", "ms_b32": 60.0, "gate_passed": True},
+    ]
     assert V.choose(rows)["variant"] == "c"
     assert V.choose(rows[:2])["variant"] == "a"
     with pytest.raises(ValueError, match="no variant passed"):

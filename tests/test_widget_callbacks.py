@@ -1,6 +1,7 @@
 """The callbacks behind the notebooks' widgets (DESIGN.md, Notebooks): plain functions that redraw from
 numbers already measured or from a formula. For each: the right numbers at a few knob values, a value
 out of range refused with words, and the figure's traces."""
+
 from __future__ import annotations
 
 import math
@@ -22,15 +23,16 @@ GiB = 2**30
 
 # ----------------------------------------------------------------------------- 1_hardware/03: KV cache
 
+
 def test_kv_view_numbers():
     llama = PUBLISHED_CONFIGS["Llama-2-7B"]
     kw = kv_view(llama, 2048, 8, "float16")
     assert 2048 in kw["x"] and kw["x"][-1] == 4096 and kw["y_title"] == "GiB"
     cache = kw["series"]["KV cache, batch 8, float16"]
-    assert cache[kw["x"].index(2048)] == pytest.approx(8.0)    # 2 x 32 x 32 x 128 x 2048 x 8 x 2 bytes = 8 GiB
+    assert cache[kw["x"].index(2048)] == pytest.approx(8.0)  # 2 x 32 x 32 x 128 x 2048 x 8 x 2 bytes = 8 GiB
     assert "8.00 GiB" in kw["title"]
     fp32 = kv_view(llama, 2048, 8, "float32")["series"]["KV cache, batch 8, float32"]
-    assert fp32[kw["x"].index(2048)] == pytest.approx(16.0)    # twice the bytes per element
+    assert fp32[kw["x"].index(2048)] == pytest.approx(16.0)  # twice the bytes per element
     mistral = kv_view(PUBLISHED_CONFIGS["Mistral-7B-v0.1"], 2048, 8)["series"]["KV cache, batch 8, float16"]
     assert mistral[kw["x"].index(2048)] == pytest.approx(2.0)  # 8 KV heads of 32: a quarter
     weights = kw["series"]["weights, float16"]
@@ -41,7 +43,7 @@ def test_kv_view_names_the_measured_cache():
     tiny = DecoderConfig("tiny", 0.0, layers=4, heads=8, kv_heads=2, head_dim=32, max_context=512, source="here")
     kw = kv_view(tiny, 200, 3, "float16", measured={(200, 3, "float16"): tiny.kv_bytes(200, 3)})
     assert "allocated for real here: 614,400 bytes, the formula's count exactly" in kw["title"]
-    assert list(kw["series"]) == ["KV cache, batch 3, float16"]   # no weights for a config without parameters
+    assert list(kw["series"]) == ["KV cache, batch 3, float16"]  # no weights for a config without parameters
     assert "allocated" not in kv_view(tiny, 256, 3, measured={(200, 3, "float16"): 1})["title"]
 
 
@@ -63,17 +65,23 @@ def test_kv_view_figure():
 
 # ----------------------------------------------------------------------------- 1_hardware/05: roofline
 
-OPS = [{"op": "GELU", "intensity": 0.25, "gflops": 3.0, "p50_ms": 0.1},
-       {"op": "QKV projection", "intensity": 60.0, "gflops": 80.0, "p50_ms": 1.0}]
+OPS = [
+    {"op": "GELU", "intensity": 0.25, "gflops": 3.0, "p50_ms": 0.1},
+    {"op": "QKV projection", "intensity": 60.0, "gflops": 80.0, "p50_ms": 1.0},
+]
 
 
 def test_attainable_numbers():
-    a = attainable(10.0, 100.0, 1.0, OPS)           # ridge at 10 FLOP/B
+    a = attainable(10.0, 100.0, 1.0, OPS)  # ridge at 10 FLOP/B
     assert a["attainable_gflops"] == pytest.approx(10.0) and a["bound"] == "memory"
     assert a["share_of_peak"] == pytest.approx(0.1) and a["ridge"] == pytest.approx(10.0)
     assert a["nearest_op"] == "GELU"
     b = attainable(10.0, 100.0, 50.0, OPS)
-    assert b["attainable_gflops"] == pytest.approx(100.0) and b["bound"] == "compute" and b["nearest_op"] == "QKV projection"
+    assert (
+        b["attainable_gflops"] == pytest.approx(100.0)
+        and b["bound"] == "compute"
+        and b["nearest_op"] == "QKV projection"
+    )
     assert attainable(10.0, 100.0, 10.0)["nearest_op"] is None
 
 
@@ -93,12 +101,16 @@ def test_attainable_figure():
 
 # ----------------------------------------------------------------------------- 4_application/01: offered rate
 
+
 def _pt(offered, rps, p99, keeps_up, within):
     return {"offered_rps": offered, "rps": rps, "p99_ms": p99, "keeps_up": keeps_up, "within_slo": within}
 
 
-POINTS = [_pt(40.0, 30.0, math.inf, False, False), _pt(10.0, 10.0, 60.0, True, True),
-          _pt(20.0, 19.8, 150.0, True, True)]
+POINTS = [
+    _pt(40.0, 30.0, math.inf, False, False),
+    _pt(10.0, 10.0, 60.0, True, True),
+    _pt(20.0, 19.8, 150.0, True, True),
+]
 
 
 def test_rate_view_numbers():
@@ -124,15 +136,21 @@ def test_rate_view_figure():
 
 # ----------------------------------------------------------------------------- 4_application/06: nprobe
 
-ROWS = [TradeOff("Flat (exact)", None, 1.0, 1.0, 1.5, 6.0),
-        TradeOff("IVF-PQ", 1, 0.3, 0.05, 0.08, 0.3), TradeOff("IVF-PQ", 8, 0.5, 0.2, 0.3, 0.3),
-        TradeOff("IVF-PQ + re-rank", 1, 0.5, 0.1, 0.2, 6.3), TradeOff("IVF-PQ + re-rank", 8, 0.9, 0.25, 0.4, 6.3)]
+ROWS = [
+    TradeOff("Flat (exact)", None, 1.0, 1.0, 1.5, 6.0),
+    TradeOff("IVF-PQ", 1, 0.3, 0.05, 0.08, 0.3),
+    TradeOff("IVF-PQ", 8, 0.5, 0.2, 0.3, 0.3),
+    TradeOff("IVF-PQ + re-rank", 1, 0.5, 0.1, 0.2, 6.3),
+    TradeOff("IVF-PQ + re-rank", 8, 0.9, 0.25, 0.4, 6.3),
+]
 
 
 def test_nprobe_view_numbers():
     v = nprobe_view(ROWS, 8)
     assert list(v) == ["IVF-PQ", "IVF-PQ + re-rank"]
-    assert v["IVF-PQ + re-rank"]["recall_at_10"] == 0.9 and v["IVF-PQ + re-rank"]["speedup_vs_exact"] == pytest.approx(4.0)
+    assert v["IVF-PQ + re-rank"]["recall_at_10"] == 0.9 and v["IVF-PQ + re-rank"]["speedup_vs_exact"] == pytest.approx(
+        4.0
+    )
     assert nprobe_view(ROWS, 1)["IVF-PQ"]["speedup_vs_exact"] == pytest.approx(20.0)
 
 
@@ -150,6 +168,7 @@ def test_nprobe_figure():
 
 
 # ----------------------------------------------------------------------------- 3_serving/03: bucket width
+
 
 def test_padding_by_bucket_numbers():
     lengths = [5, 40, 6, 38, 7, 39]
@@ -186,21 +205,27 @@ def test_bucketing_view_and_figure():
     assert "measured: 5.0% padding, 150 texts/s" in kw["title"]
     assert "measured" not in bucketing_view(lengths, 8, widths=(0, 8, 16), measured=measured)["title"]
     fig = viz.bar_chart(**kw)
-    assert [t.name for t in fig.data] == ["padding, computed from the lengths (%)",
-                                         "padding, measured through the batcher (%)"]
+    assert [t.name for t in fig.data] == [
+        "padding, computed from the lengths (%)",
+        "padding, measured through the batcher (%)",
+    ]
 
 
 # ----------------------------------------------------------------------------- 2_engine/02: stage shares
 
-STAGE_ROWS = [{"model": "MiniLM", "batch_size": 32, "tokenize": 2.0, "forward": 36.0, "postprocess": 2.0},
-              {"model": "MiniLM", "batch_size": 1, "tokenize": 0.2, "forward": 1.6, "postprocess": 0.2},
-              {"model": "tiny BERT", "batch_size": 1, "tokenize": 0.3, "forward": 0.1, "postprocess": 0.1}]
+STAGE_ROWS = [
+    {"model": "MiniLM", "batch_size": 32, "tokenize": 2.0, "forward": 36.0, "postprocess": 2.0},
+    {"model": "MiniLM", "batch_size": 1, "tokenize": 0.2, "forward": 1.6, "postprocess": 0.2},
+    {"model": "tiny BERT", "batch_size": 1, "tokenize": 0.3, "forward": 0.1, "postprocess": 0.1},
+]
 
 
 def test_stage_view_numbers():
     kw = stage_view(STAGE_ROWS, "MiniLM", 32)
     assert kw["categories"] == ["batch 1", "batch 32"]
-    assert kw["series"]["forward"] == pytest.approx([80.0, 90.0]) and kw["series"]["tokenize"] == pytest.approx([10.0, 5.0])
+    assert kw["series"]["forward"] == pytest.approx([80.0, 90.0]) and kw["series"]["tokenize"] == pytest.approx(
+        [10.0, 5.0]
+    )
     assert "forward 36.00 ms (90%)" in kw["title"] and "1.25 ms per text" in kw["title"]
     assert stage_view(STAGE_ROWS, "tiny BERT", 1)["series"]["tokenize"] == pytest.approx([60.0])
 
@@ -242,10 +267,13 @@ def test_explorer_is_live_in_a_kernel_and_a_figure_in_a_static_page(monkeypatch)
 
 # ----------------------------------------------------------------------------- 2_engine/03: precision
 
+
 def test_precision_view_callback():
-    rows = [{"name": n, "batch_size": bs, "p50_ms": ms * bs, "size_mb": size, "accuracy": acc, "agreement": agr}
-            for n, ms, size, acc, agr in (("fp32", 4.0, 90.0, 0.80, 1.0), ("int8", 2.0, 22.5, 0.79, 0.98))
-            for bs in (1, 32)]
+    rows = [
+        {"name": n, "batch_size": bs, "p50_ms": ms * bs, "size_mb": size, "accuracy": acc, "agreement": agr}
+        for n, ms, size, acc, agr in (("fp32", 4.0, 90.0, 0.80, 1.0), ("int8", 2.0, 22.5, 0.79, 0.98))
+        for bs in (1, 32)
+    ]
     view = precision_view(rows, "int8", 32)
     assert view["categories"] == ["fp32", "int8"]
     assert view["series"] == {"p50 ms at batch 32": [128.0, 64.0]}

@@ -1,4 +1,5 @@
 """ailab.workers over a real redis-server (ailab.services); the model is a small deterministic function."""
+
 from __future__ import annotations
 
 import threading

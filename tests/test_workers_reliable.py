@@ -1,5 +1,6 @@
 """No job is lost when a worker dies, and no job is answered twice: real redis-server, a worker in its own
 process killed (SIGKILL) or frozen (SIGSTOP) while it holds a batch, a second worker that reclaims it."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,15 @@ from pathlib import Path
 import pytest
 
 from ailab import services
-from ailab.workers import (DONE_PREFIX, RESULT_PREFIX, BatchWorker, QueueClient, heartbeat_key, processing_key,
-                           workers_key)
+from ailab.workers import (
+    DONE_PREFIX,
+    RESULT_PREFIX,
+    BatchWorker,
+    QueueClient,
+    heartbeat_key,
+    processing_key,
+    workers_key,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TTL_S = 2.0  # heartbeat TTL: a worker silent this long is dead; short so the test is quick
@@ -59,8 +67,13 @@ def worker_a(redis_server):
 
     def start(first_s: float, later_s: float) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        p = subprocess.Popen([sys.executable, "-c", WORKER_A, str(redis_server.port), str(first_s), str(later_s),
-                              str(TTL_S)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [sys.executable, "-c", WORKER_A, str(redis_server.port), str(first_s), str(later_s), str(TTL_S)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         procs.append(p)
         return p
 
@@ -77,7 +90,7 @@ def wait_for(cond, what: str, timeout_s: float = 30.0, proc: subprocess.Popen | 
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"worker A exited ({proc.returncode}) before {what}: {proc.stderr.read().decode()}")
-        if (got := cond()):
+        if got := cond():
             return got
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
@@ -98,10 +111,9 @@ def test_a_killed_worker_loses_no_job(r, worker_a):
     client = QueueClient(r)
     texts = [f"review {'x' * i}" for i in range(24)]
     ids = [client.submit(t) for t in texts]  # 24 jobs = 3 batches of 8
-    a = worker_a(first_s=0.1, later_s=60)    # answers batch 1, then hangs inside batch 2 until killed
+    a = worker_a(first_s=0.1, later_s=60)  # answers batch 1, then hangs inside batch 2 until killed
     done = lambda: r.exists(*[DONE_PREFIX + i for i in ids])  # noqa: E731
-    wait_for(lambda: done() == 8 and r.llen(processing_key("A")) == 8, "A to answer batch 1 and hold batch 2",
-             proc=a)
+    wait_for(lambda: done() == 8 and r.llen(processing_key("A")) == 8, "A to answer batch 1 and hold batch 2", proc=a)
     a.kill()  # SIGKILL: no cleanup, no finally, no goodbye
     a.wait(10)
     held = r.llen(processing_key("A"))

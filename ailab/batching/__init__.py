@@ -8,13 +8,35 @@ no HTTP.
 
 `from ailab.batching import DynamicBatcher, QueueFullError, run_sync` is the whole public surface.
 """
+
 from ailab.aio import run_sync  # notebooks drive the batcher from sync code
 from ailab.batching.batcher import DynamicBatcher
 from ailab.batching.isolation import run_isolated
 from ailab.batching.priority_queue import PriorityLevels
-from ailab.batching.types import (MAX_PRIORITY, MIN_PRIORITY, BatcherClosedError, BatcherDeadError, BatcherError,
-                                  BatcherStats, DeadlineExceededError, QueueFullError, length_bucket)
+from ailab.batching.types import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    BatcherClosedError,
+    BatcherDeadError,
+    BatcherError,
+    BatcherStats,
+    DeadlineExceededError,
+    QueueFullError,
+    length_bucket,
+)
 
-__all__ = ["BatcherClosedError", "BatcherDeadError", "BatcherError", "BatcherStats", "DeadlineExceededError",
-           "DynamicBatcher", "MAX_PRIORITY", "MIN_PRIORITY", "PriorityLevels", "QueueFullError", "length_bucket",
-           "run_isolated", "run_sync"]
+__all__ = [
+    "BatcherClosedError",
+    "BatcherDeadError",
+    "BatcherError",
+    "BatcherStats",
+    "DeadlineExceededError",
+    "DynamicBatcher",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "PriorityLevels",
+    "QueueFullError",
+    "length_bucket",
+    "run_isolated",
+    "run_sync",
+]

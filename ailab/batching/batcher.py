@@ -16,6 +16,7 @@ an error in a hook or in the loop fails only the batch it hit; a caller that goe
 queue; and if the collector dies anyway, or close() gives up on a stuck batch, every pending
 request fails at once with a typed error instead of hanging (`healthy` says which happened).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,23 +30,31 @@ from typing import Any, Callable, Hashable, Sequence
 
 from ailab.batching.isolation import run_isolated
 from ailab.batching.priority_queue import PriorityLevels
-from ailab.batching.types import (BatcherClosedError, BatcherDeadError, BatcherError, BatcherStats,
-                                  DeadlineExceededError, QueueFullError, _check_priority)
+from ailab.batching.types import (
+    BatcherClosedError,
+    BatcherDeadError,
+    BatcherError,
+    BatcherStats,
+    DeadlineExceededError,
+    QueueFullError,
+    _check_priority,
+)
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(eq=False)
 class _Request:
     item: Any
     future: asyncio.Future
     priority: int
-    deadline: float            # time.monotonic() seconds; math.inf = none
+    deadline: float  # time.monotonic() seconds; math.inf = none
     arrived: float
     cost: float
     bucket: Hashable
-    seq: int                   # submission order: FIFO among equal effective priorities
-    state: str = "queued"      # queued -> running -> done | dropped
-    rank: tuple = ()           # dispatch key, set by PriorityLevels.push
+    seq: int  # submission order: FIFO among equal effective priorities
+    state: str = "queued"  # queued -> running -> done | dropped
+    rank: tuple = ()  # dispatch key, set by PriorityLevels.push
 
 
 class DynamicBatcher:
@@ -60,19 +69,34 @@ class DynamicBatcher:
     effective priority grows by one level per that many seconds of waiting (None: strict priority).
     """
 
-    def __init__(self, fn: Callable[[list], Sequence], max_batch_size: int = 32, max_wait_ms: float = 10.0,
-                 max_queue: int = 1024, size_fn: Callable[[Any], float] | None = None,
-                 max_batch_cost: float | None = None, bucket_fn: Callable[[Any], Hashable] | None = None,
-                 worker_init: Callable[[], None] | None = None, on_batch: Callable[[int, list, float], None] | None = None,
-                 name: str = "batcher", max_queue_per_priority: int | None = None,
-                 age_s_per_level: float | None = 1.0, executor: ThreadPoolExecutor | None = None):
+    def __init__(
+        self,
+        fn: Callable[[list], Sequence],
+        max_batch_size: int = 32,
+        max_wait_ms: float = 10.0,
+        max_queue: int = 1024,
+        size_fn: Callable[[Any], float] | None = None,
+        max_batch_cost: float | None = None,
+        bucket_fn: Callable[[Any], Hashable] | None = None,
+        worker_init: Callable[[], None] | None = None,
+        on_batch: Callable[[int, list, float], None] | None = None,
+        name: str = "batcher",
+        max_queue_per_priority: int | None = None,
+        age_s_per_level: float | None = 1.0,
+        executor: ThreadPoolExecutor | None = None,
+    ):
         if not callable(fn):
             raise TypeError(f"DynamicBatcher(fn=...) needs a callable taking a list of items, got {type(fn).__name__}")
         self._queue = PriorityLevels(max_queue, max_queue_per_priority, age_s_per_level)  # checks them
         if max_batch_cost is not None and size_fn is None:
             raise ValueError("max_batch_cost needs size_fn: say how much each item costs (e.g. its token count)")
         self.fn, self.name = fn, name
-        self.max_queue, self.size_fn, self.max_batch_cost, self.bucket_fn = max_queue, size_fn, max_batch_cost, bucket_fn
+        self.max_queue, self.size_fn, self.max_batch_cost, self.bucket_fn = (
+            max_queue,
+            size_fn,
+            max_batch_cost,
+            bucket_fn,
+        )
         self.max_queue_per_priority, self.age_s_per_level = self._queue.max_per_level, self._queue.age_s_per_level
         self.on_batch = on_batch
         self.max_batch_size, self.max_wait_ms = 1, 0.0
@@ -82,17 +106,18 @@ class DynamicBatcher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._closing = False
-        self._batch: list[_Request] = []                 # the batch being run (failed too if we die)
-        self._dead: str | None = None                    # why the collector stopped, once it has
-        self._stop_reason: str | None = None             # set when close() stops the collector itself
+        self._batch: list[_Request] = []  # the batch being run (failed too if we die)
+        self._dead: str | None = None  # why the collector stopped, once it has
+        self._stop_reason: str | None = None  # set when close() stops the collector itself
         self._seq = itertools.count()
         # One thread, one model copy: the batcher never runs two batches at once. `executor`, when given, is
         # that thread (one worker), already made: the one that loaded the model (see ModelRegistry._build).
         # The batcher shuts it down on close().
         if executor is not None and worker_init is not None:
             raise ValueError("give worker_init to the executor you pass (ThreadPoolExecutor(initializer=...))")
-        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-worker",
-                                                        initializer=worker_init)
+        self._executor = executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"{name}-worker", initializer=worker_init
+        )
 
     # ---- configuration -------------------------------------------------------------------------
     def configure(self, max_batch_size: int | None = None, max_wait_ms: float | None = None) -> None:
@@ -109,7 +134,7 @@ class DynamicBatcher:
             self._wake.set()
 
     @property
-    def _queued(self) -> int:                            # live requests waiting (not running, not dropped)
+    def _queued(self) -> int:  # live requests waiting (not running, not dropped)
         return self._queue.total
 
     @property
@@ -139,8 +164,9 @@ class DynamicBatcher:
         return self._dead
 
     # ---- submitting ----------------------------------------------------------------------------
-    async def submit(self, item: Any, priority: int = 0, deadline: float | None = None,
-                     timeout: float | None = None) -> Any:
+    async def submit(
+        self, item: Any, priority: int = 0, deadline: float | None = None, timeout: float | None = None
+    ) -> Any:
         """Queue `item` and return its result.
 
         deadline: absolute time.monotonic() seconds; timeout: seconds from now (the earlier wins).
@@ -151,8 +177,9 @@ class DynamicBatcher:
         """
         priority = _check_priority(priority)
         if self._dead is not None:
-            raise BatcherDeadError(f"{self.name} cannot serve: {self._dead}. "
-                                   "It must be replaced by a new DynamicBatcher")
+            raise BatcherDeadError(
+                f"{self.name} cannot serve: {self._dead}. It must be replaced by a new DynamicBatcher"
+            )
         if self._closing:
             raise BatcherClosedError(f"{self.name} is closed and takes no new requests")
         if (full := self._queue.refusal(priority)) is not None:
@@ -170,9 +197,16 @@ class DynamicBatcher:
             self._wake = asyncio.Event()
             self._task = loop.create_task(self._collect_forever(), name=f"{self.name}-collector")
             self._task.add_done_callback(self._collector_ended)
-        req = _Request(item, loop.create_future(), priority, limit, now,
-                       float(self.size_fn(item)) if self.size_fn else 1.0,
-                       self.bucket_fn(item) if self.bucket_fn else None, next(self._seq))
+        req = _Request(
+            item,
+            loop.create_future(),
+            priority,
+            limit,
+            now,
+            float(self.size_fn(item)) if self.size_fn else 1.0,
+            self.bucket_fn(item) if self.bucket_fn else None,
+            next(self._seq),
+        )
         self._queue.push(req)
         self._wake.set()
         try:
@@ -181,16 +215,17 @@ class DynamicBatcher:
             # shield: a timeout here must not cancel a batch that is already computing.
             return await asyncio.wait_for(asyncio.shield(req.future), timeout=max(0.0, limit - time.monotonic()))
         except asyncio.TimeoutError:
-            if req.state == "queued":          # never reached compute: drop it, answer 504
+            if req.state == "queued":  # never reached compute: drop it, answer 504
                 self._drop(req)
                 self.stats.expired += 1
-                raise DeadlineExceededError(f"{self.name}: deadline passed after "
-                                            f"{(time.monotonic() - now) * 1e3:.0f} ms in the queue") from None
-            return await req.future            # already computing: a bounded wait for its result
-        except asyncio.CancelledError:         # the caller went away (client disconnected, a sibling failed)
-            if req.state == "queued":          # leave the queue: free the slot, never reach the model
+                raise DeadlineExceededError(
+                    f"{self.name}: deadline passed after {(time.monotonic() - now) * 1e3:.0f} ms in the queue"
+                ) from None
+            return await req.future  # already computing: a bounded wait for its result
+        except asyncio.CancelledError:  # the caller went away (client disconnected, a sibling failed)
+            if req.state == "queued":  # leave the queue: free the slot, never reach the model
                 self._drop(req)
-            req.future.cancel()                # if already running, its result is simply not delivered
+            req.future.cancel()  # if already running, its result is simply not delivered
             raise
 
     def _drop(self, req: _Request) -> None:
@@ -232,7 +267,7 @@ class DynamicBatcher:
         for req in batch:
             self._queue.left(req)
             req.state = "running"
-        self._queue.compact()             # forget requests that left the queue
+        self._queue.compact()  # forget requests that left the queue
         return batch
 
     async def _collect_forever(self) -> None:
@@ -247,28 +282,35 @@ class DynamicBatcher:
         while True:
             batch = await self._next_batch()
             if batch is None:
-                return                          # closing, and nothing is left
+                return  # closing, and nothing is left
             self._batch = batch
             try:
                 now = time.monotonic()
                 live = []
-                for req in batch:               # drop the expired before paying for compute
+                for req in batch:  # drop the expired before paying for compute
                     if req.deadline <= now:
                         req.state = "dropped"
                         self.stats.expired += 1
                         if not req.future.done():
                             req.future.set_exception(
-                                DeadlineExceededError(f"{self.name}: deadline passed in the queue"))
+                                DeadlineExceededError(f"{self.name}: deadline passed in the queue")
+                            )
                     else:
                         live.append(req)
                 if live:
                     await self._run_batch(loop, live, now)
             except Exception as e:  # one batch's trouble must not stop the collector
                 self.stats.loop_errors += 1
-                log.error("%s: the collector failed on a batch of %d; failing only those", self.name, len(batch),
-                          exc_info=e)
-                self._fail(batch, BatcherError, f"{self.name}: the batcher failed while running this request's "
-                           f"batch ({type(e).__name__}: {e}); other requests are not affected", e)
+                log.error(
+                    "%s: the collector failed on a batch of %d; failing only those", self.name, len(batch), exc_info=e
+                )
+                self._fail(
+                    batch,
+                    BatcherError,
+                    f"{self.name}: the batcher failed while running this request's "
+                    f"batch ({type(e).__name__}: {e}); other requests are not affected",
+                    e,
+                )
             self._batch = []
 
     async def _next_batch(self) -> list[_Request] | None:
@@ -330,8 +372,9 @@ class DynamicBatcher:
                 self.on_batch(len(batch), waits, compute_s)
             except Exception as e:  # a metrics hook must not stop serving; answers are out
                 self.stats.hook_errors += 1
-                log.error("%s: the on_batch hook raised (the batch was answered; serving goes on)", self.name,
-                          exc_info=e)
+                log.error(
+                    "%s: the on_batch hook raised (the batch was answered; serving goes on)", self.name, exc_info=e
+                )
 
     # ---- failing what is pending -------------------------------------------------------------
     def _fail(self, reqs, error_type: type, message: str, cause: BaseException | None = None) -> None:
@@ -353,20 +396,30 @@ class DynamicBatcher:
 
     def _collector_ended(self, task: asyncio.Task) -> None:
         """Done-callback of the collector task: however it ended, fail what it held, at once."""
-        error = None if task.cancelled() else task.exception()   # reading it also marks it retrieved
+        error = None if task.cancelled() else task.exception()  # reading it also marks it retrieved
         if error is None and not task.cancelled():
-            return                              # it returned: closed and drained, nothing is pending
-        if self._stop_reason is not None and error is None:      # close() stopped it on purpose
-            self._fail_pending(BatcherClosedError, f"{self.name} was closed before this request was answered "
-                               f"({self._stop_reason})")
+            return  # it returned: closed and drained, nothing is pending
+        if self._stop_reason is not None and error is None:  # close() stopped it on purpose
+            self._fail_pending(
+                BatcherClosedError, f"{self.name} was closed before this request was answered ({self._stop_reason})"
+            )
             return
-        self._dead = (f"its collector stopped ({type(error).__name__}: {error})" if error is not None
-                      else "its collector task was cancelled")
-        if error is not None or self.in_flight:   # not worth an error when an idle loop just shut down
-            log.error("%s: %s; failing %d pending requests, refusing new ones", self.name, self._dead,
-                      self.in_flight, exc_info=error)
-        self._fail_pending(BatcherDeadError, f"{self.name} cannot serve: {self._dead}; "
-                           "this request was not answered", error)
+        self._dead = (
+            f"its collector stopped ({type(error).__name__}: {error})"
+            if error is not None
+            else "its collector task was cancelled"
+        )
+        if error is not None or self.in_flight:  # not worth an error when an idle loop just shut down
+            log.error(
+                "%s: %s; failing %d pending requests, refusing new ones",
+                self.name,
+                self._dead,
+                self.in_flight,
+                exc_info=error,
+            )
+        self._fail_pending(
+            BatcherDeadError, f"{self.name} cannot serve: {self._dead}; this request was not answered", error
+        )
 
     # ---- shutdown ------------------------------------------------------------------------------
     async def close(self, drain: bool = True, timeout: float = 30.0) -> None:
@@ -382,11 +435,11 @@ class DynamicBatcher:
         task = self._task
         if task is not None and not task.done():
             self._wake.set()
-            done, _ = await asyncio.wait({task}, timeout=timeout)   # wait() neither raises nor cancels
+            done, _ = await asyncio.wait({task}, timeout=timeout)  # wait() neither raises nor cancels
             if not done:
                 self._stop_reason = f"close() gave up after {timeout:g} s waiting for the batch in the model"
                 task.cancel()
-                await asyncio.wait({task})      # let it unwind; _collector_ended fails what it held
+                await asyncio.wait({task})  # let it unwind; _collector_ended fails what it held
         self._fail_pending(BatcherClosedError, f"{self.name} closed before this request was answered")
         self._executor.shutdown(wait=False)
 

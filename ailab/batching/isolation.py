@@ -13,11 +13,12 @@ alerts have to say so); the common case, one bad input in a busy batch, is the o
 Only `Exception` is isolated. A BaseException (KeyboardInterrupt, SystemExit, a crash signalled
 that way) is not any item's fault, so it propagates and stops the caller.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-Outcome = tuple[bool, Any]   # (True, result) or (False, the exception that fails this item)
+Outcome = tuple[bool, Any]  # (True, result) or (False, the exception that fails this item)
 
 
 def check_results(results, n: int) -> list[Outcome]:
@@ -47,8 +48,8 @@ def run_isolated(fn: Callable[[list], Sequence], items: list) -> tuple[list[Outc
             return check_results(fn(part), len(part))
         except Exception as e:  # noqa: BLE001 - any model error: look for the item(s) that cause it
             if len(part) == 1:
-                return [(False, e)]          # found one: it fails alone, with its own error
-        mid = len(part) // 2                 # the good half comes back in one pass, still batched
+                return [(False, e)]  # found one: it fails alone, with its own error
+        mid = len(part) // 2  # the good half comes back in one pass, still batched
         return run(part[:mid]) + run(part[mid:])
 
     return run(list(items)), passes

@@ -9,6 +9,7 @@ of priority p + k is served ahead of one of priority p only if it arrived less t
 seconds after it. Each level's FIFO is already sorted by that key, so the dispatch order is a k-way merge
 of the levels: O(queue) to walk, no re-sorting as time passes. age_s_per_level=None: strict priority.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -20,35 +21,41 @@ from typing import Any, Iterator
 def check_queue_args(max_queue: int, max_queue_per_priority: int | None, age_s_per_level: float | None) -> None:
     if max_queue < 1:
         raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
-    if max_queue_per_priority is not None and (not isinstance(max_queue_per_priority, int)
-                                               or max_queue_per_priority < 1):
-        raise ValueError(f"max_queue_per_priority must be None (= max_queue) or an integer >= 1 "
-                         f"(got {max_queue_per_priority!r})")
-    if age_s_per_level is not None and not (isinstance(age_s_per_level, (int, float))
-                                            and math.isfinite(age_s_per_level) and age_s_per_level > 0):
-        raise ValueError(f"age_s_per_level must be None (no aging: strict priority) or a finite number of "
-                         f"seconds > 0 (got {age_s_per_level!r})")
+    if max_queue_per_priority is not None and (
+        not isinstance(max_queue_per_priority, int) or max_queue_per_priority < 1
+    ):
+        raise ValueError(
+            f"max_queue_per_priority must be None (= max_queue) or an integer >= 1 (got {max_queue_per_priority!r})"
+        )
+    if age_s_per_level is not None and not (
+        isinstance(age_s_per_level, (int, float)) and math.isfinite(age_s_per_level) and age_s_per_level > 0
+    ):
+        raise ValueError(
+            f"age_s_per_level must be None (no aging: strict priority) or a finite number of "
+            f"seconds > 0 (got {age_s_per_level!r})"
+        )
 
 
 class PriorityLevels:
     """Queued requests by level. A request needs `.priority`, `.arrived` (monotonic s), `.seq` (submission
     order) and `.state` ("queued" while it waits); this class sets `.rank`, its dispatch key."""
 
-    def __init__(self, max_queue: int, max_queue_per_priority: int | None = None,
-                 age_s_per_level: float | None = 1.0):
+    def __init__(self, max_queue: int, max_queue_per_priority: int | None = None, age_s_per_level: float | None = 1.0):
         check_queue_args(max_queue, max_queue_per_priority, age_s_per_level)
         self.max_queue = max_queue
         self.max_per_level = max_queue if max_queue_per_priority is None else max_queue_per_priority
         self.age_s_per_level = None if age_s_per_level is None else float(age_s_per_level)
-        self._levels: dict[int, deque] = {}   # priority -> FIFO (may hold requests that already left)
-        self._count: dict[int, int] = {}      # priority -> live requests waiting at that level
-        self.total = 0                        # live requests waiting, all levels
+        self._levels: dict[int, deque] = {}  # priority -> FIFO (may hold requests that already left)
+        self._count: dict[int, int] = {}  # priority -> live requests waiting at that level
+        self.total = 0  # live requests waiting, all levels
 
     def refusal(self, priority: int) -> str | None:
         """Why a new request at `priority` cannot be queued now (None: it can)."""
         if self._count.get(priority, 0) >= self.max_per_level:
-            return (f"queue full at priority {priority} ({self._count[priority]} requests waiting at that level, "
-                    f"its bound max_queue_per_priority={self.max_per_level})")
+            return (
+                f"queue full at priority {priority} ({self._count[priority]} requests waiting at that level, "
+                f"its bound max_queue_per_priority={self.max_per_level})"
+            )
         if self.total >= self.max_queue:
             return f"queue full ({self.total} requests waiting, the total bound max_queue={self.max_queue})"
         return None

@@ -2,6 +2,7 @@
 bucket functions. Kept apart from the batcher's machinery (batcher.py; the package re-exports all of it)
 so each file reads in one sitting.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,12 +20,13 @@ MIN_PRIORITY, MAX_PRIORITY = -9_999, 9_999
 
 def _check_priority(priority) -> int:
     try:
-        value = operator.index(priority)        # ints (and numpy ints); not floats, strings or None
+        value = operator.index(priority)  # ints (and numpy ints); not floats, strings or None
     except TypeError:
         value = None
     if value is None or not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        raise ValueError(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, higher served "
-                         f"first (got {priority!r})")
+        raise ValueError(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, higher served first (got {priority!r})"
+        )
     return value
 
 
@@ -55,16 +57,16 @@ class BatcherStats:
     window: int = 10_000
     batches: int = 0
     items: int = 0
-    rejected: int = 0          # queue full
-    expired: int = 0           # deadline passed before compute
-    failed: int = 0            # items whose computation raised
-    retried_batches: int = 0   # batches that raised and were bisected to find the bad items
+    rejected: int = 0  # queue full
+    expired: int = 0  # deadline passed before compute
+    failed: int = 0  # items whose computation raised
+    retried_batches: int = 0  # batches that raised and were bisected to find the bad items
     isolation_passes: int = 0  # extra forward passes that bisection cost
-    hook_errors: int = 0       # on_batch raised (the batch was answered anyway)
-    loop_errors: int = 0       # the collector failed on a batch (its requests got BatcherError)
-    busy_s: float = 0.0        # worker time spent computing batches
-    first_start: float = 0.0   # monotonic time the first batch started
-    last_end: float = 0.0      # ... and the latest batch ended
+    hook_errors: int = 0  # on_batch raised (the batch was answered anyway)
+    loop_errors: int = 0  # the collector failed on a batch (its requests got BatcherError)
+    busy_s: float = 0.0  # worker time spent computing batches
+    first_start: float = 0.0  # monotonic time the first batch started
+    last_end: float = 0.0  # ... and the latest batch ended
     batch_sizes: Counter = field(default_factory=Counter)
     queue_wait_ms: deque = field(default_factory=deque)
     compute_ms: deque = field(default_factory=deque)
@@ -78,15 +80,24 @@ class BatcherStats:
         def pct(dq, q):  # numpy's percentile, as latency_stats uses: one definition across the course
             return float(np.percentile(dq, 100 * q)) if dq else math.nan
 
-        return {"batches": self.batches, "items": self.items, "rejected": self.rejected, "expired": self.expired,
-                "failed": self.failed, "retried_batches": self.retried_batches,
-                "isolation_passes": self.isolation_passes, "hook_errors": self.hook_errors,
-                "loop_errors": self.loop_errors,
-                "mean_batch_size": self.items / self.batches if self.batches else 0.0,
-                "worker_utilization": self.busy_s / span if (span := self.last_end - self.first_start) > 0 else 0.0,
-                "batch_size_hist": dict(sorted(self.batch_sizes.items())),
-                "queue_wait_p50_ms": pct(self.queue_wait_ms, 0.5), "queue_wait_p99_ms": pct(self.queue_wait_ms, 0.99),
-                "compute_p50_ms": pct(self.compute_ms, 0.5), "compute_p99_ms": pct(self.compute_ms, 0.99)}
+        return {
+            "batches": self.batches,
+            "items": self.items,
+            "rejected": self.rejected,
+            "expired": self.expired,
+            "failed": self.failed,
+            "retried_batches": self.retried_batches,
+            "isolation_passes": self.isolation_passes,
+            "hook_errors": self.hook_errors,
+            "loop_errors": self.loop_errors,
+            "mean_batch_size": self.items / self.batches if self.batches else 0.0,
+            "worker_utilization": self.busy_s / span if (span := self.last_end - self.first_start) > 0 else 0.0,
+            "batch_size_hist": dict(sorted(self.batch_sizes.items())),
+            "queue_wait_p50_ms": pct(self.queue_wait_ms, 0.5),
+            "queue_wait_p99_ms": pct(self.queue_wait_ms, 0.99),
+            "compute_p50_ms": pct(self.compute_ms, 0.5),
+            "compute_p99_ms": pct(self.compute_ms, 0.99),
+        }
 
 
 def length_bucket(width: int = 16, length: Callable[[Any], int] = len) -> Callable[[Any], int]:

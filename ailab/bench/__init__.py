@@ -11,9 +11,10 @@
 Warm-up requests are sent but excluded from every figure. The functions are synchronous and also work
 inside Jupyter (the event loop runs on a helper thread).
 """
-from ailab.bench.child import in_subprocess  # noqa: F401
-from ailab.bench.http import BenchTargetError  # noqa: F401
-from ailab.bench.loops import closed_loop, drive_batcher, open_loop  # noqa: F401
-from ailab.bench.records import MIN_SAMPLES_FOR_P99, LoadResult, Record, Window  # noqa: F401
-from ailab.bench.soak import SoakResult, process_rss_mb, soak  # noqa: F401
-from ailab.bench.sweep import RateSweepResult, SweepResult, rate_sweep, sweep  # noqa: F401
+
+from ailab.bench.child import in_subprocess
+from ailab.bench.http import BenchTargetError
+from ailab.bench.loops import closed_loop, drive_batcher, open_loop
+from ailab.bench.records import MIN_SAMPLES_FOR_P99, LoadResult, Record, Window
+from ailab.bench.soak import SoakResult, process_rss_mb, soak
+from ailab.bench.sweep import RateSweepResult, SweepResult, rate_sweep, sweep

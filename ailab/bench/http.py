@@ -7,6 +7,7 @@ than this one; `tests/test_loadgen_crosscheck.py` holds this one within 15 % of 
 `Connection.send(body)` returns the HTTP status, or a word naming the failure: "timeout",
 "connect_error", "closed" (the server hung up), or an exception's class name.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,7 +30,7 @@ class Target:
     port: int
     path: str
     tls: bool
-    heads: tuple[bytes, ...]     # the request line and headers of each body, ready to write
+    heads: tuple[bytes, ...]  # the request line and headers of each body, ready to write
     bodies: tuple[bytes, ...]
 
     @classmethod
@@ -48,8 +49,10 @@ class Target:
                 bodies.append(b"")
             else:
                 body = p if isinstance(p, bytes) else json.dumps(p).encode()
-                heads.append(f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                             f"{extra}Content-Length: {len(body)}\r\n\r\n".encode())
+                heads.append(
+                    f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                    f"{extra}Content-Length: {len(body)}\r\n\r\n".encode()
+                )
                 bodies.append(body)
         return cls(url, parts.hostname, port, path, tls, tuple(heads), tuple(bodies))
 
@@ -64,13 +67,14 @@ class Connection:
     def __init__(self, target: Target, timeout_s: float, connect_timeout_s: float):
         self.target, self.timeout_s, self.connect_timeout_s = target, timeout_s, connect_timeout_s
         self.reader = self.writer = None
-        self.opened = 0          # connections opened so far (reopens after failures included)
+        self.opened = 0  # connections opened so far (reopens after failures included)
 
     async def _open(self):
         t = self.target
         ctx = ssl.create_default_context() if t.tls else None
-        self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(t.host, t.port, ssl=ctx),
-                                                          self.connect_timeout_s)
+        self.reader, self.writer = await asyncio.wait_for(
+            asyncio.open_connection(t.host, t.port, ssl=ctx), self.connect_timeout_s
+        )
         self.opened += 1
 
     async def _exchange(self, i: int, reused: bool) -> int:
@@ -90,7 +94,7 @@ class Connection:
             if line.startswith(b"content-length:"):
                 length = int(line[15:])
         if chunked:
-            while (size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)):
+            while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
                 await self.reader.readexactly(size + 2)
             await self.reader.readuntil(b"\r\n")
         elif length:
@@ -143,8 +147,10 @@ async def preflight(target: Target, connect_timeout_s: float, timeout_s: float =
         try:
             await conn._open()
         except (OSError, asyncio.TimeoutError) as e:
-            raise BenchTargetError(f"cannot reach {target.url}: {type(e).__name__}: {e or 'no answer'}. "
-                                   "Is the server running, and is the host and port right?") from None
+            raise BenchTargetError(
+                f"cannot reach {target.url}: {type(e).__name__}: {e or 'no answer'}. "
+                "Is the server running, and is the host and port right?"
+            ) from None
         await conn.send(0)  # the first answer may be slow (lazy model load); it is not measured
     finally:
         conn.close()

@@ -12,6 +12,7 @@ requests that met every SLO given. Any server that speaks the API works: ailab's
 The client is raw asyncio (as bench/http.py, whose Target it reuses), so that on a 2-core machine it takes as
 little of the CPU the server needs as it can.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,6 +31,7 @@ from ailab.bench.http import Connection, Target, preflight
 @dataclass
 class GenRecord:
     """One request: when it was sent (s after the run started), its status, and its timings (s)."""
+
     sent_s: float
     status: int | str = "closed"
     ttft_s: float | None = None
@@ -87,7 +89,7 @@ class StreamConnection(Connection):
         header = await self.reader.readuntil(b"\r\n\r\n")
         status = int(header[9:12])
         lower = header.lower()
-        if b"transfer-encoding: chunked" not in lower:          # an error answer: one body, no stream
+        if b"transfer-encoding: chunked" not in lower:  # an error answer: one body, no stream
             length = next((int(line[15:]) for line in lower.split(b"\r\n") if line.startswith(b"content-length:")), 0)
             await self.reader.readexactly(length)
             record.status = status
@@ -122,6 +124,7 @@ class StreamConnection(Connection):
 @dataclass
 class ServeResult:
     """Every request of one run (failures included) and the span it took."""
+
     records: list[GenRecord]
     duration_s: float
     max_concurrency: int | None
@@ -131,13 +134,22 @@ class ServeResult:
         """The figures `vllm bench serve` prints, by its names: throughput, and mean / median / p99 of TTFT, TPOT,
         ITL and end-to-end latency in ms; goodput with `slo` ({"ttft": ms, "tpot": ms, "e2el": ms})."""
         ok = [r for r in self.records if r.ok]
-        out = {"completed": len(ok), "failed": len(self.records) - len(ok), "duration_s": round(self.duration_s, 3),
-               "max_concurrency": self.max_concurrency, "request_rate": self.request_rate,
-               "request_throughput": len(ok) / self.duration_s,
-               "output_throughput": sum(r.output_tokens for r in ok) / self.duration_s,
-               "total_token_throughput": sum(r.output_tokens + r.prompt_tokens for r in ok) / self.duration_s}
-        series = {"ttft": [r.ttft_s for r in ok], "tpot": [r.tpot_s for r in ok if r.output_tokens > 1],
-                  "itl": [x for r in ok for x in r.itl_s], "e2el": [r.e2e_s for r in ok]}
+        out = {
+            "completed": len(ok),
+            "failed": len(self.records) - len(ok),
+            "duration_s": round(self.duration_s, 3),
+            "max_concurrency": self.max_concurrency,
+            "request_rate": self.request_rate,
+            "request_throughput": len(ok) / self.duration_s,
+            "output_throughput": sum(r.output_tokens for r in ok) / self.duration_s,
+            "total_token_throughput": sum(r.output_tokens + r.prompt_tokens for r in ok) / self.duration_s,
+        }
+        series = {
+            "ttft": [r.ttft_s for r in ok],
+            "tpot": [r.tpot_s for r in ok if r.output_tokens > 1],
+            "itl": [x for r in ok for x in r.itl_s],
+            "e2el": [r.e2e_s for r in ok],
+        }
         for name, xs in series.items():
             ms = np.asarray(xs, float) * 1e3
             for stat, f in (("mean", np.mean), ("median", np.median), ("p99", lambda a: np.percentile(a, 99))):
@@ -146,24 +158,49 @@ class ServeResult:
             unknown = set(slo) - {"ttft", "tpot", "e2el"}
             if unknown:
                 raise ValueError(f"slo keys are ttft, tpot and e2el (ms); got {sorted(unknown)}")
-            good = [r for r in ok if all(getattr(r, {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}[k]) * 1e3
-                                         <= v for k, v in slo.items())]
+            good = [
+                r
+                for r in ok
+                if all(
+                    getattr(r, {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}[k]) * 1e3 <= v
+                    for k, v in slo.items()
+                )
+            ]
             out["slo_ms"] = dict(slo)
             out["request_goodput"] = len(good) / self.duration_s
         out["errors"] = sorted({str(r.status) for r in self.records if not r.ok})
         return out
 
 
-def completion_bodies(model: str, trace: Sequence[tuple[str, int]], temperature: float = 0.0,
-                      extra: dict | None = None) -> list[dict]:
+def completion_bodies(
+    model: str, trace: Sequence[tuple[str, int]], temperature: float = 0.0, extra: dict | None = None
+) -> list[dict]:
     """One streamed /v1/completions body per (prompt, max_tokens) of the trace."""
-    return [{"model": model, "prompt": prompt, "max_tokens": n, "temperature": temperature, "stream": True,
-             "stream_options": {"include_usage": True}, **(extra or {})} for prompt, n in trace]
+    return [
+        {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": n,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **(extra or {}),
+        }
+        for prompt, n in trace
+    ]
 
 
-def serve_bench(base_url: str, model: str, trace: Sequence[tuple[str, int]], max_concurrency: int | None = 16,
-                request_rate: float = math.inf, seed: int = 0, timeout_s: float = 120.0, api_key: str | None = None,
-                warmup_requests: int = 0) -> ServeResult:
+def serve_bench(
+    base_url: str,
+    model: str,
+    trace: Sequence[tuple[str, int]],
+    max_concurrency: int | None = 16,
+    request_rate: float = math.inf,
+    seed: int = 0,
+    timeout_s: float = 120.0,
+    api_key: str | None = None,
+    warmup_requests: int = 0,
+) -> ServeResult:
     """Send every (prompt, max_tokens) of `trace` once to `base_url`/v1/completions, streamed and greedy: all at
     once up to `max_concurrency` in flight (request_rate inf, as `vllm bench serve --request-rate inf`), or as a
     Poisson process at `request_rate`. The first `warmup_requests` go first, one at a time, and are not counted."""

@@ -10,6 +10,7 @@
 A sender is anything with `async send(i) -> status` and `close()`: an HTTP connection (bench.http),
 or a DynamicBatcher driven in-process (`batcher_sender`). Warm-up requests are sent but not measured.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -73,7 +74,9 @@ def check_payloads(payloads) -> list:
     if payloads is None:
         return [None]  # GET requests
     if isinstance(payloads, (dict, str, bytes)):
-        raise TypeError("payloads is a list of request bodies (one per request, reused in turn); wrap one body as [body]")
+        raise TypeError(
+            "payloads is a list of request bodies (one per request, reused in turn); wrap one body as [body]"
+        )
     payloads = list(payloads)
     if not payloads:
         raise ValueError("payloads is empty: give at least one request body, or None to send GET requests")
@@ -82,8 +85,17 @@ def check_payloads(payloads) -> list:
 
 # --------------------------------------------------------------------------- the two loops
 
-async def run_closed(make_sender: Callable, n_bodies: int, clients: int, duration_s: float, warmup_s: float,
-                     progress: bool | None = None, hooks=(), stop=None) -> tuple[list[Record], float]:
+
+async def run_closed(
+    make_sender: Callable,
+    n_bodies: int,
+    clients: int,
+    duration_s: float,
+    warmup_s: float,
+    progress: bool | None = None,
+    hooks=(),
+    stop=None,
+) -> tuple[list[Record], float]:
     """`clients` senders in a closed loop; returns the measured records and the measured span (s).
     `stop` (a threading.Event) ends the run early: each client finishes the request in hand."""
     _check_closed(clients, duration_s, warmup_s)
@@ -107,13 +119,21 @@ async def run_closed(make_sender: Callable, n_bodies: int, clients: int, duratio
     bar.close()
     last = max((r.done_s for r in records), default=end)
     if stop is not None and stop.is_set():
-        return records, max(last - warmup_s, 1e-9)   # the span it ran, not the one planned
+        return records, max(last - warmup_s, 1e-9)  # the span it ran, not the one planned
     return records, max(last, end) - warmup_s
 
 
-async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, duration_s: float, warmup_s: float,
-                   seed: int = 0, max_in_flight: int = 256, progress: bool | None = None,
-                   hooks=()) -> tuple[list[Record], float]:
+async def run_open(
+    make_sender: Callable,
+    n_bodies: int,
+    rate_rps: float,
+    duration_s: float,
+    warmup_s: float,
+    seed: int = 0,
+    max_in_flight: int = 256,
+    progress: bool | None = None,
+    hooks=(),
+) -> tuple[list[Record], float]:
     """Poisson arrivals at `rate_rps` over at most `max_in_flight` senders; latency from the intended time."""
     _check_open(rate_rps, duration_s, warmup_s)
     end = warmup_s + duration_s
@@ -122,7 +142,7 @@ async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, durati
     intended = np.cumsum(rng.exponential(1.0 / rate_rps, size=int(rate_rps * end * 1.5) + 16))
     intended = intended[intended < end]
     slots = asyncio.Semaphore(max_in_flight)
-    idle: list = []    # senders not in use; the last one back goes out first, so its connection is warm
+    idle: list = []  # senders not in use; the last one back goes out first, so its connection is warm
     senders = []
     records: list[Record] = []
     t0 = time.perf_counter()
@@ -131,10 +151,10 @@ async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, durati
         # An event loop's timers are coarser than perf_counter (uvloop's: 1 ms) and may wake a hair early.
         while (wait := at - (time.perf_counter() - t0)) > 0:
             await asyncio.sleep(wait)
-        await slots.acquire()           # waiting for a free slot counts as latency: it is timed from `at`
+        await slots.acquire()  # waiting for a free slot counts as latency: it is timed from `at`
         if idle:
             sender = idle.pop()
-        else:                           # a new connection only when every open one is busy
+        else:  # a new connection only when every open one is busy
             sender = make_sender()
             senders.append(sender)
         sent = time.perf_counter() - t0
@@ -158,10 +178,21 @@ async def run_open(make_sender: Callable, n_bodies: int, rate_rps: float, durati
 
 # --------------------------------------------------------------------------- over HTTP
 
-def closed_loop(url: str, payloads: Sequence | None, clients: int = 8, duration_s: float = 10.0,
-                warmup_s: float = 2.0, timeout_s: float = 10.0, window_s: float = 1.0,
-                connect_timeout_s: float = 2.0, progress: bool | None = None, headers: dict | None = None,
-                stop=None, _hooks=()) -> LoadResult:
+
+def closed_loop(
+    url: str,
+    payloads: Sequence | None,
+    clients: int = 8,
+    duration_s: float = 10.0,
+    warmup_s: float = 2.0,
+    timeout_s: float = 10.0,
+    window_s: float = 1.0,
+    connect_timeout_s: float = 2.0,
+    progress: bool | None = None,
+    headers: dict | None = None,
+    stop=None,
+    _hooks=(),
+) -> LoadResult:
     """`clients` concurrent HTTP clients, each sending its next request as soon as the last one is answered.
     `stop`: a threading.Event that ends the run before duration_s (e.g. once an alert under test fired)."""
     payloads = check_payloads(payloads)
@@ -170,17 +201,36 @@ def closed_loop(url: str, payloads: Sequence | None, clients: int = 8, duration_
 
     async def main():
         await preflight(target, connect_timeout_s)
-        return await run_closed(lambda: Connection(target, timeout_s, connect_timeout_s), len(payloads), clients,
-                                duration_s, warmup_s, progress, _hooks, stop)
+        return await run_closed(
+            lambda: Connection(target, timeout_s, connect_timeout_s),
+            len(payloads),
+            clients,
+            duration_s,
+            warmup_s,
+            progress,
+            _hooks,
+            stop,
+        )
 
     records, elapsed = run_sync(main)
     return LoadResult("closed", url, clients, None, duration_s, warmup_s, records, elapsed, window_s)
 
 
-def open_loop(url: str, payloads: Sequence | None, rate_rps: float = 50.0, duration_s: float = 10.0,
-              warmup_s: float = 2.0, seed: int = 0, timeout_s: float = 10.0, max_in_flight: int = 256,
-              window_s: float = 1.0, connect_timeout_s: float = 2.0, progress: bool | None = None,
-              headers: dict | None = None, _hooks=()) -> LoadResult:
+def open_loop(
+    url: str,
+    payloads: Sequence | None,
+    rate_rps: float = 50.0,
+    duration_s: float = 10.0,
+    warmup_s: float = 2.0,
+    seed: int = 0,
+    timeout_s: float = 10.0,
+    max_in_flight: int = 256,
+    window_s: float = 1.0,
+    connect_timeout_s: float = 2.0,
+    progress: bool | None = None,
+    headers: dict | None = None,
+    _hooks=(),
+) -> LoadResult:
     """Poisson arrivals at `rate_rps` over at most `max_in_flight` connections; each latency counts from
     the request's intended send time, so client-side queueing shows up as latency, never as a lower rate."""
     payloads = check_payloads(payloads)
@@ -189,14 +239,24 @@ def open_loop(url: str, payloads: Sequence | None, rate_rps: float = 50.0, durat
 
     async def main():
         await preflight(target, connect_timeout_s)
-        return await run_open(lambda: Connection(target, timeout_s, connect_timeout_s), len(payloads), rate_rps,
-                              duration_s, warmup_s, seed, max_in_flight, progress, _hooks)
+        return await run_open(
+            lambda: Connection(target, timeout_s, connect_timeout_s),
+            len(payloads),
+            rate_rps,
+            duration_s,
+            warmup_s,
+            seed,
+            max_in_flight,
+            progress,
+            _hooks,
+        )
 
     records, elapsed = run_sync(main)
     return LoadResult("open", url, None, float(rate_rps), duration_s, warmup_s, records, elapsed, window_s)
 
 
 # --------------------------------------------------------------------------- a batcher, in-process
+
 
 class _BatcherSender:
     def __init__(self, batcher, items: Sequence, timeout_s: float | None):
@@ -213,14 +273,22 @@ class _BatcherSender:
         pass
 
 
-async def drive_batcher(batcher, items: Sequence, clients: int, duration_s: float, warmup_s: float = 0.0,
-                        timeout_s: float | None = None, window_s: float = 1.0) -> LoadResult:
+async def drive_batcher(
+    batcher,
+    items: Sequence,
+    clients: int,
+    duration_s: float,
+    warmup_s: float = 0.0,
+    timeout_s: float | None = None,
+    window_s: float = 1.0,
+) -> LoadResult:
     """The same closed loop, with `batcher.submit(item)` in place of an HTTP request (await it inside
     the batcher's event loop). A failed submit is recorded under its exception's name."""
     items = list(items)
     if not items:
         raise ValueError("drive_batcher needs at least one item")
-    records, elapsed = await run_closed(lambda: _BatcherSender(batcher, items, timeout_s), len(items), clients,
-                                        duration_s, warmup_s, progress=False)
+    records, elapsed = await run_closed(
+        lambda: _BatcherSender(batcher, items, timeout_s), len(items), clients, duration_s, warmup_s, progress=False
+    )
     name = getattr(batcher, "name", "batcher")
     return LoadResult("closed", f"batcher:{name}", clients, None, duration_s, warmup_s, records, elapsed, window_s)

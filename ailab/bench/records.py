@@ -3,6 +3,7 @@
 Every request the run measured is kept, failures included: a timeout counts in the latency tail at the
 time it took, so p99 cannot look best when things are worst. Throughput (`rps`) counts successes only.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,17 +18,17 @@ import numpy as np
 
 from ailab.timing import LatencyStats, latency_stats
 
-MIN_SAMPLES_FOR_P99 = 100    # below this, a "p99" is the maximum of a handful of requests: not reported
-SEND_LAG_LIMIT_MS = 10.0     # an open loop whose p99 send lag is above this fell behind its schedule
+MIN_SAMPLES_FOR_P99 = 100  # below this, a "p99" is the maximum of a handful of requests: not reported
+SEND_LAG_LIMIT_MS = 10.0  # an open loop whose p99 send lag is above this fell behind its schedule
 
 
 class Record(NamedTuple):
     """One measured request. Times in seconds since the run started; `status` is the HTTP status or a
     word naming the failure ("timeout", "connect_error", "closed", or an exception's name)."""
 
-    intended_s: float   # when it should have been sent (open loop); equal to sent_s in a closed loop
-    sent_s: float       # when it was actually sent
-    latency_ms: float   # from intended_s to the answer (or the failure)
+    intended_s: float  # when it should have been sent (open loop); equal to sent_s in a closed loop
+    sent_s: float  # when it was actually sent
+    latency_ms: float  # from intended_s to the answer (or the failure)
     status: int | str
 
     @property
@@ -47,10 +48,10 @@ class Record(NamedTuple):
 class Window:
     """Figures for one time window of the measured period (by completion time)."""
 
-    t_s: float        # window start, seconds after warm-up ended
-    n: int            # responses completed in the window (any status)
-    rps: float        # successful responses per second in the window
-    p50_ms: float     # over every response of the window, failures at the time they took
+    t_s: float  # window start, seconds after warm-up ended
+    n: int  # responses completed in the window (any status)
+    rps: float  # successful responses per second in the window
+    p50_ms: float  # over every response of the window, failures at the time they took
     p99_ms: float
 
 
@@ -59,16 +60,16 @@ class LoadResult:
     """What one load run measured. `rps` counts successful (2xx) responses after warm-up; `stats`
     counts every measured request, failures at the time they took; `ok_stats` successes only."""
 
-    mode: str                     # "closed" or "open"
+    mode: str  # "closed" or "open"
     url: str
     clients: int | None
     rate_rps: float | None
     duration_s: float
     warmup_s: float
     records: list[Record]
-    elapsed_s: float              # measured span: warm-up end -> last measured completion
+    elapsed_s: float  # measured span: warm-up end -> last measured completion
     window_s: float = 1.0
-    generator_cpu_s: float | None = None   # CPU seconds the load generator itself used (its own process)
+    generator_cpu_s: float | None = None  # CPU seconds the load generator itself used (its own process)
     statuses: Counter = field(default_factory=Counter)
 
     def __post_init__(self):
@@ -86,8 +87,9 @@ class LoadResult:
     @property
     def errors_by_status(self) -> dict:
         """Non-2xx answers and transport failures ("timeout", "connect_error", ...) by kind."""
-        return {str(k): v for k, v in sorted(self.statuses.items(), key=str)
-                if not (isinstance(k, int) and 200 <= k < 300)}
+        return {
+            str(k): v for k, v in sorted(self.statuses.items(), key=str) if not (isinstance(k, int) and 200 <= k < 300)
+        }
 
     @property
     def error_rate(self) -> float:
@@ -148,7 +150,7 @@ class LoadResult:
         out = []
         for i, b in enumerate(buckets):
             lat = [r.latency_ms for r in b]
-            p50, p99 = (np.percentile(lat, [50, 99]) if lat else (math.nan, math.nan))
+            p50, p99 = np.percentile(lat, [50, 99]) if lat else (math.nan, math.nan)
             out.append(Window(i * self.window_s, len(b), sum(r.ok for r in b) / self.window_s, float(p50), float(p99)))
         return out
 
@@ -157,7 +159,7 @@ class LoadResult:
         of their own mean: the run reached a steady state worth reporting."""
         rps = [w.rps for w in self.windows]
         for i in range(len(rps) - consecutive + 1):
-            chunk = rps[i:i + consecutive]
+            chunk = rps[i : i + consecutive]
             mean = sum(chunk) / consecutive
             if mean > 0 and max(abs(x - mean) for x in chunk) <= mean * tolerance_pct / 100:
                 return True
@@ -170,14 +172,25 @@ class LoadResult:
         if s and not self.p99_reliable:
             s["p99_ms"] = None
         share = self.generator_cpu_share
-        return {"mode": self.mode, "url": self.url, "clients": self.clients, "rate_rps": self.rate_rps,
-                "duration_s": self.duration_s, "warmup_s": self.warmup_s, "requests": self.n, "ok": self.n_ok,
-                "rps": round(self.rps, 2), "error_rate": round(self.error_rate, 4) if self.n else None,
-                "errors_by_status": self.errors_by_status, "stable": self.stable(),
-                "p99_reliable": self.p99_reliable, "send_lag_p99_ms": round(self.send_lag_p99_ms, 3),
-                "generator_behind": self.generator_behind,
-                "generator_cpu_share": round(share, 3) if share is not None else None,
-                **{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()}}
+        return {
+            "mode": self.mode,
+            "url": self.url,
+            "clients": self.clients,
+            "rate_rps": self.rate_rps,
+            "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
+            "requests": self.n,
+            "ok": self.n_ok,
+            "rps": round(self.rps, 2),
+            "error_rate": round(self.error_rate, 4) if self.n else None,
+            "errors_by_status": self.errors_by_status,
+            "stable": self.stable(),
+            "p99_reliable": self.p99_reliable,
+            "send_lag_p99_ms": round(self.send_lag_p99_ms, 3),
+            "generator_behind": self.generator_behind,
+            "generator_cpu_share": round(share, 3) if share is not None else None,
+            **{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()},
+        }
 
     def to_json(self, path: str | None = None) -> str:
         """Summary plus per-window figures as JSON (written to `path` when given)."""
@@ -201,6 +214,8 @@ class LoadResult:
         return buf.getvalue()
 
     def __str__(self) -> str:
-        head = f"{self.mode} loop, " + (f"{self.clients} clients" if self.mode == "closed" else f"{self.rate_rps:g} req/s offered")
+        head = f"{self.mode} loop, " + (
+            f"{self.clients} clients" if self.mode == "closed" else f"{self.rate_rps:g} req/s offered"
+        )
         lat = str(self.stats) if self.n_ok else "no successful responses"
         return f"{head}: {self.rps:.1f} req/s ok, {lat}, errors {self.errors_by_status or 'none'}"

@@ -1,6 +1,7 @@
 """Sweeps: a closed loop at rising concurrency (the best throughput within an SLO), and an open loop at
 rising offered rates (the capacity knee: the highest rate the server keeps up with).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,10 +27,18 @@ class SweepResult:
     def points(self) -> list[dict]:
         out = []
         for r in self.results:
-            p99 = r.stats.p99_ms if r.n_ok else math.inf   # failures count in the tail
+            p99 = r.stats.p99_ms if r.n_ok else math.inf  # failures count in the tail
             ok = p99 <= self.slo_p99_ms and r.error_rate <= self.max_error_rate
-            out.append({"clients": r.clients, "rps": r.rps, "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
-                        "p99_ms": p99, "error_rate": r.error_rate, "within_slo": ok})
+            out.append(
+                {
+                    "clients": r.clients,
+                    "rps": r.rps,
+                    "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
+                    "p99_ms": p99,
+                    "error_rate": r.error_rate,
+                    "within_slo": ok,
+                }
+            )
         return out
 
     @property
@@ -42,9 +51,17 @@ class SweepResult:
         return max(good, key=lambda p: p["rps"]) if good else None
 
 
-def sweep(url: str, payloads: Sequence | None, concurrencies: Sequence[int] = (1, 2, 4, 8, 16, 32),
-          slo_p99_ms: float = 200.0, duration_s: float = 5.0, warmup_s: float = 1.0,
-          max_error_rate: float = 0.01, progress: bool | None = None, **kw) -> SweepResult:
+def sweep(
+    url: str,
+    payloads: Sequence | None,
+    concurrencies: Sequence[int] = (1, 2, 4, 8, 16, 32),
+    slo_p99_ms: float = 200.0,
+    duration_s: float = 5.0,
+    warmup_s: float = 1.0,
+    max_error_rate: float = 0.01,
+    progress: bool | None = None,
+    **kw,
+) -> SweepResult:
     """A closed loop at each concurrency; `.best_within_slo` is the best throughput that still meets the SLO."""
     if not concurrencies or any(not isinstance(c, int) or c < 1 for c in concurrencies):
         raise ValueError(f"concurrencies must be whole numbers >= 1 (got {concurrencies!r})")
@@ -61,11 +78,12 @@ def sweep(url: str, payloads: Sequence | None, concurrencies: Sequence[int] = (1
 
 # --------------------------------------------------------------------------- by offered rate (open loop)
 
+
 @dataclass
 class RateSweepResult:
     slo_p99_ms: float
     max_error_rate: float
-    keep_up: float               # the share of arrivals the server must serve as they come (see keeps_up)
+    keep_up: float  # the share of arrivals the server must serve as they come (see keeps_up)
     results: list[LoadResult]
 
     def points(self) -> list[dict]:
@@ -73,10 +91,19 @@ class RateSweepResult:
         for r in self.results:
             p99 = r.stats.p99_ms if r.n_ok else math.inf
             kept = keeps_up(r, self.keep_up, self.max_error_rate)
-            out.append({"offered_rps": r.rate_rps, "rps": r.rps, "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
-                        "p99_ms": p99, "error_rate": r.error_rate, "send_lag_p99_ms": r.send_lag_p99_ms,
-                        "generator_behind": r.generator_behind, "keeps_up": kept,
-                        "within_slo": kept and p99 <= self.slo_p99_ms})
+            out.append(
+                {
+                    "offered_rps": r.rate_rps,
+                    "rps": r.rps,
+                    "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
+                    "p99_ms": p99,
+                    "error_rate": r.error_rate,
+                    "send_lag_p99_ms": r.send_lag_p99_ms,
+                    "generator_behind": r.generator_behind,
+                    "keeps_up": kept,
+                    "within_slo": kept and p99 <= self.slo_p99_ms,
+                }
+            )
         return out
 
     @property
@@ -101,9 +128,18 @@ def keeps_up(r: LoadResult, keep_up: float = 0.9, max_error_rate: float = 0.01) 
     return slope <= 1 - keep_up
 
 
-def rate_sweep(url: str, payloads: Sequence | None, rates_rps: Sequence[float], slo_p99_ms: float = 200.0,
-               duration_s: float = 5.0, warmup_s: float = 1.0, max_error_rate: float = 0.01, keep_up: float = 0.9,
-               ramp: int = 0, **kw) -> RateSweepResult:
+def rate_sweep(
+    url: str,
+    payloads: Sequence | None,
+    rates_rps: Sequence[float],
+    slo_p99_ms: float = 200.0,
+    duration_s: float = 5.0,
+    warmup_s: float = 1.0,
+    max_error_rate: float = 0.01,
+    keep_up: float = 0.9,
+    ramp: int = 0,
+    **kw,
+) -> RateSweepResult:
     """An open loop at each offered rate, lowest first; `.capacity_knee` is where the server stops keeping up.
 
     ramp: while the highest rate so far was kept up with, offer 1.5x it again, at most `ramp` more times.
@@ -114,7 +150,9 @@ def rate_sweep(url: str, payloads: Sequence | None, rates_rps: Sequence[float], 
         raise ValueError(f"rates_rps must be positive numbers of requests per second (got {rates_rps!r})")
     if not (isinstance(ramp, int) and ramp >= 0):
         raise ValueError(f"ramp must be a whole number of extra rates, 0 or more (got {ramp!r})")
-    results = [open_loop(url, payloads, float(r), duration_s, warmup_s, progress=False, **kw) for r in sorted(rates_rps)]
+    results = [
+        open_loop(url, payloads, float(r), duration_s, warmup_s, progress=False, **kw) for r in sorted(rates_rps)
+    ]
     for _ in range(ramp):
         if not keeps_up(results[-1], keep_up, max_error_rate):
             break
@@ -140,14 +178,24 @@ def rate_view(points: Sequence[dict], offered_rps: float, slo_p99_ms: float, kee
     def p99_share(p):
         return None if math.isinf(p["p99_ms"]) else 100 * p["p99_ms"] / slo_p99_ms
 
-    verdict = ("keeps up" if c["keeps_up"] else "falls behind") + ", " + ("within" if c["within_slo"] else "breaks") + " the SLO"
+    verdict = (
+        ("keeps up" if c["keeps_up"] else "falls behind")
+        + ", "
+        + ("within" if c["within_slo"] else "breaks")
+        + " the SLO"
+    )
     p99 = "no answer" if math.isinf(c["p99_ms"]) else f"{c['p99_ms']:.0f} ms"
-    return {"x": rates,
-            "series": {"goodput, % of offered": [100 * p["rps"] / p["offered_rps"] for p in pts],
-                       f"p99, % of the {slo_p99_ms:g} ms SLO": [p99_share(p) for p in pts],
-                       "100 %": [100.0] * len(pts)},
-            "title": f"offered {c['offered_rps']:.1f} req/s: served {c['rps']:.1f} "
-                     f"({c['rps'] / c['offered_rps']:.0%}), p99 {p99}: {verdict}",
-            "x_title": "offered rate (requests/s, open loop)", "y_title": "%",
-            "subtitle": f"measured points replayed; keeping up means serving at least {keep_up:.0%} of arrivals as they "
-                        "come (latency does not grow with the load), no errors"}
+    return {
+        "x": rates,
+        "series": {
+            "goodput, % of offered": [100 * p["rps"] / p["offered_rps"] for p in pts],
+            f"p99, % of the {slo_p99_ms:g} ms SLO": [p99_share(p) for p in pts],
+            "100 %": [100.0] * len(pts),
+        },
+        "title": f"offered {c['offered_rps']:.1f} req/s: served {c['rps']:.1f} "
+        f"({c['rps'] / c['offered_rps']:.0%}), p99 {p99}: {verdict}",
+        "x_title": "offered rate (requests/s, open loop)",
+        "y_title": "%",
+        "subtitle": f"measured points replayed; keeping up means serving at least {keep_up:.0%} of arrivals as they "
+        "come (latency does not grow with the load), no errors",
+    }

@@ -6,6 +6,7 @@ parity check, and a text classifier with per-stage timing.
 - int8.py     quantize_dynamic_int8 (ONNX Runtime dynamic INT8; ailab.quantize re-exports it)
 - text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx/sentiment_runner
 """
+
 from ailab.engine.runners import (
     InputSpec,
     describe_spec,

@@ -1,4 +1,5 @@
 """export_onnx(): dynamic batch and sequence axes, then a parity check against PyTorch (topic E2)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,21 +30,26 @@ class ExportResult:
     input_names: list[str]
     output_names: list[str]
     dynamic_axes: dict
-    max_abs_diff: float            # worst |onnx - torch| over all parity checks
+    max_abs_diff: float  # worst |onnx - torch| over all parity checks
     tolerance: float
-    parity_shapes: list[dict]      # the input shapes the parity check ran at
+    parity_shapes: list[dict]  # the input shapes the parity check ran at
     export_seconds: float
     size_bytes: int
 
     def __str__(self) -> str:
-        return (f"{self.path.name}: {self.size_bytes / 2**20:.1f} MiB, inputs {self.input_names} "
-                f"dynamic {self.dynamic_axes}, max |onnx - torch| = {self.max_abs_diff:.2e} "
-                f"(tolerance {self.tolerance:.0e}) at shapes {self.parity_shapes}")
+        return (
+            f"{self.path.name}: {self.size_bytes / 2**20:.1f} MiB, inputs {self.input_names} "
+            f"dynamic {self.dynamic_axes}, max |onnx - torch| = {self.max_abs_diff:.2e} "
+            f"(tolerance {self.tolerance:.0e}) at shapes {self.parity_shapes}"
+        )
 
 
 def _forward_params(model: nn.Module) -> list[str]:
-    return [p.name for p in inspect.signature(model.forward).parameters.values()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)]
+    return [
+        p.name
+        for p in inspect.signature(model.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
+    ]
 
 
 def default_dynamic_axes(sample: Mapping[str, torch.Tensor]) -> dict[str, dict[int, str]]:
@@ -95,9 +101,15 @@ def _drop_value_info(path: Path) -> None:
         onnx.save(model, str(path))
 
 
-def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
-                output_names: Sequence[str] = ("output",), dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
-                tolerance: float = 1e-4, opset: int | None = None) -> ExportResult:
+def export_onnx(
+    model: nn.Module,
+    sample,
+    path: str | os.PathLike | None = None,
+    output_names: Sequence[str] = ("output",),
+    dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
+    tolerance: float = 1e-4,
+    opset: int | None = None,
+) -> ExportResult:
     """Export `model` to a single .onnx file with dynamic axes, then check ONNX Runtime against PyTorch.
 
     sample: a dict of input name -> tensor (names = forward()'s parameters) or one tensor. Its batch
@@ -113,14 +125,17 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
     if isinstance(sample, torch.Tensor):
         sample = {params[0]: sample} if params else {"input": sample}
     if not isinstance(sample, Mapping) or not sample:
-        raise TypeError("sample must be a tensor or a non-empty dict of input name -> tensor "
-                        f"(this model's forward takes {params})")
+        raise TypeError(
+            f"sample must be a tensor or a non-empty dict of input name -> tensor (this model's forward takes {params})"
+        )
     if any(not isinstance(v, torch.Tensor) for v in sample.values()):
         raise TypeError(f"every sample value must be a torch.Tensor; got {[type(v).__name__ for v in sample.values()]}")
     if sorted(sample) != sorted(params):
         raise ValueError(f"sample has inputs {sorted(sample)} but {type(model).__name__}.forward takes {params}")
     sample = {n: sample[n].detach().cpu() for n in params}  # forward()'s order = the ONNX input order
-    dynamic_axes = {n: dict(a) for n, a in (dynamic_axes if dynamic_axes is not None else default_dynamic_axes(sample)).items()}
+    dynamic_axes = {
+        n: dict(a) for n, a in (dynamic_axes if dynamic_axes is not None else default_dynamic_axes(sample)).items()
+    }
     for name, axes in dynamic_axes.items():
         if name not in sample:
             raise ValueError(f"dynamic_axes names {name!r}, which is not an input; inputs are {params}")
@@ -128,19 +143,25 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
             if not 0 <= axis < sample[name].ndim:
                 raise ValueError(f"dynamic_axes[{name!r}] has axis {axis}, but {name!r} has {sample[name].ndim} axes")
             if sample[name].shape[axis] < 2:
-                raise ValueError(f"sample {name!r} has size {sample[name].shape[axis]} on dynamic axis {axis}; use at "
-                                 "least 2 (torch.export fixes a size-1 axis to the constant 1)")
+                raise ValueError(
+                    f"sample {name!r} has size {sample[name].shape[axis]} on dynamic axis {axis}; use at "
+                    "least 2 (torch.export fixes a size-1 axis to the constant 1)"
+                )
     model = model.cpu().eval()
     try:
         with torch.no_grad():
             expected = model(**sample)
     except Exception as e:  # we rephrase whatever the model raised
         shapes = {n: f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" for n, t in sample.items()}
-        raise ValueError(f"the sample does not fit the model: {type(model).__name__}.forward({', '.join(params)}) "
-                         f"raised {type(e).__name__}: {e} on sample {shapes}") from e
+        raise ValueError(
+            f"the sample does not fit the model: {type(model).__name__}.forward({', '.join(params)}) "
+            f"raised {type(e).__name__}: {e} on sample {shapes}"
+        ) from e
     n_out = len(expected) if isinstance(expected, (tuple, list)) else 1
     if len(output_names) != n_out:
-        raise ValueError(f"the model returns {n_out} output(s) but output_names has {len(output_names)}: {list(output_names)}")
+        raise ValueError(
+            f"the model returns {n_out} output(s) but output_names has {len(output_names)}: {list(output_names)}"
+        )
     if path is None:
         path = scratch_dir("ailab-onnx-") / f"{type(model).__name__.lower()}.onnx"
     path = Path(path)
@@ -151,12 +172,23 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), quiet_logger("torch.onnx"):
             warnings.simplefilter("ignore")
-            torch.onnx.export(model, tuple(sample.values()), str(path), dynamo=True, input_names=params,
-                              output_names=list(output_names), dynamic_shapes=shapes, opset_version=opset,
-                              external_data=False, verbose=False)  # one file: no .onnx.data beside it
+            torch.onnx.export(
+                model,
+                tuple(sample.values()),
+                str(path),
+                dynamo=True,
+                input_names=params,
+                output_names=list(output_names),
+                dynamic_shapes=shapes,
+                opset_version=opset,
+                external_data=False,
+                verbose=False,
+            )  # one file: no .onnx.data beside it
     except Exception as e:
-        raise RuntimeError(f"torch.onnx.export failed for {type(model).__name__}: {type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
+        raise RuntimeError(
+            f"torch.onnx.export failed for {type(model).__name__}: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}"
+        ) from e
     seconds = time.perf_counter() - t0
     _drop_value_info(path)
     runner = OnnxRunner(path, threads=None)
@@ -168,13 +200,14 @@ def export_onnx(model: nn.Module, sample, path: str | os.PathLike | None = None,
         got = runner.run_all({n: t.numpy() for n, t in s.items()})
         for name, r, g in zip(output_names, ref, got):
             if r.shape != g.shape:
-                raise ExportParityError(f"output {name!r}: ONNX shape {g.shape} != PyTorch shape {r.shape} "
-                                        f"at inputs {({n: list(t.shape) for n, t in s.items()})}")
+                raise ExportParityError(
+                    f"output {name!r}: ONNX shape {g.shape} != PyTorch shape {r.shape} "
+                    f"at inputs { ({n: list(t.shape) for n, t in s.items()}) }"
+                )
             worst = max(worst, float(np.abs(r.astype(np.float64) - g.astype(np.float64)).max()) if r.size else 0.0)
         shapes_checked.append({n: list(t.shape) for n, t in s.items()})
     if not worst <= tolerance:
         raise ExportParityError(f"ONNX Runtime differs from PyTorch by up to {worst:.3e} > tolerance {tolerance:.0e}")
-    return ExportResult(path, params, list(output_names), dynamic_axes, worst, tolerance, shapes_checked, seconds,
-                        runner.size_bytes)
-
-
+    return ExportResult(
+        path, params, list(output_names), dynamic_axes, worst, tolerance, shapes_checked, seconds, runner.size_bytes
+    )

@@ -3,6 +3,7 @@
 It lives in the engine, not in `ailab.quantize`, because quantize builds on the engine's runners; the
 rest of quantization (casts, static INT8, the report and gate) stays there and re-exports this.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,13 @@ def _fresh(out: Path, src: Path) -> bool:
     return out.exists() and out.stat().st_mtime >= src.stat().st_mtime
 
 
-def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None = None,
-                          per_channel: bool = True, reuse: bool = True, reduce_range: bool | None = None) -> Path:
+def quantize_dynamic_int8(
+    path: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    per_channel: bool = True,
+    reuse: bool = True,
+    reduce_range: bool | None = None,
+) -> Path:
     """INT8 weights for MatMul/Gather; activations quantized on the fly per batch (no calibration needed).
 
     per_channel=True gives every output column its own scale. Measured on the MiniLM classifier: one
@@ -47,7 +53,13 @@ def quantize_dynamic_int8(path: str | os.PathLike, out: str | os.PathLike | None
     # so the quantizer cannot tell a MatMul's output type; in these float models it is always float32.
     extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
     with quiet_logger(""):  # ORT logs 'consider pre-processing' advice on the root logger at every call
-        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel,
-                         reduce_range=reduce_range, extra_options=extra)
+        quantize_dynamic(
+            str(path),
+            str(tmp),
+            weight_type=QuantType.QInt8,
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            extra_options=extra,
+        )
     os.replace(tmp, out)
     return out

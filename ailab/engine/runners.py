@@ -7,6 +7,7 @@ Both runners check a batch against the input signature *before* running it, so a
 shape is a ValueError/TypeError that names the expected signature, never a stack trace from
 inside onnxruntime (topic E1).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -22,14 +23,30 @@ from torch import nn
 from ailab.device import pick_device, sync
 
 
-
 # onnxruntime's type strings -> numpy dtypes (the ones a learner meets here).
-_ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-               "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-               "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+_ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
 _TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_QUANT_OPS = {"MatMulInteger", "QAttention", "DynamicQuantizeLinear", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
-              "ConvInteger", "QLinearConv", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
+_QUANT_OPS = {
+    "MatMulInteger",
+    "QAttention",
+    "DynamicQuantizeLinear",
+    "QLinearMatMul",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "ConvInteger",
+    "QLinearConv",
+    "DynamicQuantizeMatMul",
+    "MatMulIntegerToFloat",
+}
 
 
 @dataclass(frozen=True)
@@ -76,26 +93,36 @@ def check_batch(batch, spec: Sequence[InputSpec], runner: str = "runner") -> Non
             raise TypeError(f"input {s.name!r} is a {type(value).__name__}, not an array; {expected}")
         dtype = np.dtype(str(value.dtype).replace("torch.", "")) if isinstance(value, torch.Tensor) else value.dtype
         if dtype != np.dtype(s.dtype):
-            raise TypeError(f"input {s.name!r} has dtype {dtype.name} but {np.dtype(s.dtype).name} is expected "
-                            f"(cast it, e.g. .astype(np.{np.dtype(s.dtype).name})); {expected}")
+            raise TypeError(
+                f"input {s.name!r} has dtype {dtype.name} but {np.dtype(s.dtype).name} is expected "
+                f"(cast it, e.g. .astype(np.{np.dtype(s.dtype).name})); {expected}"
+            )
         shape = tuple(value.shape)
         if len(shape) != len(s.shape):
-            raise ValueError(f"input {s.name!r} has shape {shape} ({len(shape)} axes) but {len(s.shape)} axes "
-                             f"are expected; {expected}")
+            raise ValueError(
+                f"input {s.name!r} has shape {shape} ({len(shape)} axes) but {len(s.shape)} axes "
+                f"are expected; {expected}"
+            )
         for axis, (got, want) in enumerate(zip(shape, s.shape)):
             if isinstance(want, int) and want >= 0 and got != want:
-                raise ValueError(f"input {s.name!r} axis {axis} is {got} but the model was exported with a fixed "
-                                 f"size {want} there; {expected}")
+                raise ValueError(
+                    f"input {s.name!r} axis {axis} is {got} but the model was exported with a fixed "
+                    f"size {want} there; {expected}"
+                )
             if isinstance(want, str) and want:
                 seen = sizes.setdefault(want, (got, s.name))
                 if seen[0] != got:
-                    raise ValueError(f"axis {want!r} is {seen[0]} in {seen[1]!r} but {got} in {s.name!r}; "
-                                     f"inputs sharing an axis must agree; {expected}")
+                    raise ValueError(
+                        f"axis {want!r} is {seen[0]} in {seen[1]!r} but {got} in {s.name!r}; "
+                        f"inputs sharing an axis must agree; {expected}"
+                    )
         if shape and shape[0] == 0:
             raise ValueError(f"input {s.name!r} is an empty batch (0 rows); send at least one row")
 
 
-def spec_from_sample(sample: Mapping[str, torch.Tensor], dynamic_axes: Mapping[str, Mapping[int, str]]) -> list[InputSpec]:
+def spec_from_sample(
+    sample: Mapping[str, torch.Tensor], dynamic_axes: Mapping[str, Mapping[int, str]]
+) -> list[InputSpec]:
     out = []
     for name, t in sample.items():
         dyn = dynamic_axes.get(name, {})
@@ -121,8 +148,10 @@ class Runner:
     __call__ = run
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(name={self.name!r}, device={self.device!r}, precision={self.precision!r}, "
-                f"inputs=[{describe_spec(self.input_spec)}])")
+        return (
+            f"{type(self).__name__}(name={self.name!r}, device={self.device!r}, precision={self.precision!r}, "
+            f"inputs=[{describe_spec(self.input_spec)}])"
+        )
 
 
 class TorchRunner(Runner):
@@ -132,13 +161,21 @@ class TorchRunner(Runner):
     Floating-point inputs are cast to the runner's precision inside; outputs come back as float32 numpy.
     """
 
-    def __init__(self, model: nn.Module, input_spec: Sequence[InputSpec] | None = None, name: str | None = None,
-                 device: str | torch.device | None = None, precision: str = "fp32"):
+    def __init__(
+        self,
+        model: nn.Module,
+        input_spec: Sequence[InputSpec] | None = None,
+        name: str | None = None,
+        device: str | torch.device | None = None,
+        precision: str = "fp32",
+    ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"TorchRunner wraps a torch.nn.Module, got {type(model).__name__}")
         if precision not in _TORCH_DTYPES:
-            raise ValueError(f"precision={precision!r}; TorchRunner supports {sorted(_TORCH_DTYPES)} "
-                             "(INT8 goes through ONNX Runtime: ailab.quantize)")
+            raise ValueError(
+                f"precision={precision!r}; TorchRunner supports {sorted(_TORCH_DTYPES)} "
+                "(INT8 goes through ONNX Runtime: ailab.quantize)"
+            )
         dev = torch.device(device) if device is not None else pick_device()
         self.dtype = _TORCH_DTYPES[precision]
         if self.dtype != torch.float32:  # cast a copy: the caller's fp32 model (maybe shared) stays fp32
@@ -150,8 +187,11 @@ class TorchRunner(Runner):
         self.device, self.precision = dev.type, precision
         self._device = dev
         if input_spec is None:  # names from forward(); dtypes and shapes unchecked
-            params = [p for p in inspect.signature(model.forward).parameters.values()
-                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)]
+            params = [
+                p
+                for p in inspect.signature(model.forward).parameters.values()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
+            ]
             self.input_spec, self._check = [InputSpec(p.name, np.dtype("float32"), ()) for p in params], False
         else:
             self.input_spec, self._check = list(input_spec), True
@@ -168,16 +208,20 @@ class TorchRunner(Runner):
         if self._check:
             check_batch(batch, self.input_spec, self.name)
         elif not isinstance(batch, Mapping):
-            raise TypeError(f"run() takes a dict of input name -> array; {self.name} expects inputs "
-                            f"{[s.name for s in self.input_spec]}")
+            raise TypeError(
+                f"run() takes a dict of input name -> array; {self.name} expects inputs "
+                f"{[s.name for s in self.input_spec]}"
+            )
         names = [s.name for s in self.input_spec]
         if not self._check and sorted(batch) != sorted(names):
             raise ValueError(f"batch has inputs {sorted(batch)} but {self.name} expects {names}")
         try:
             out = self.model(**{n: self._to_tensor(batch[n], n) for n in names})
         except (RuntimeError, TypeError, IndexError, ValueError) as e:  # a shape torch could not use
-            raise ValueError(f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
-                             f"it expects {describe_spec(self.input_spec) if self._check else names}") from e
+            raise ValueError(
+                f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
+                f"it expects {describe_spec(self.input_spec) if self._check else names}"
+            ) from e
         sync(self._device)
         outs = out if isinstance(out, (tuple, list)) else [out]
         return [o.float().cpu().numpy() if o.is_floating_point() else o.cpu().numpy() for o in outs]
@@ -200,8 +244,14 @@ class OnnxRunner(Runner):
     uses (session.get_providers()[0]): asking for CUDA on a machine without it silently falls back
     to CPU, and a report that printed the *requested* provider would lie."""
 
-    def __init__(self, path: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None,
-                 name: str | None = None, precision: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+        name: str | None = None,
+        precision: str | None = None,
+    ):
         import onnxruntime as ort
 
         path = Path(path)
@@ -210,7 +260,9 @@ class OnnxRunner(Runner):
         providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
         unknown = [p for p in providers if p not in ort.get_all_providers()]
         if unknown:
-            raise ValueError(f"unknown ONNX Runtime provider(s) {unknown}; this build has {ort.get_available_providers()}")
+            raise ValueError(
+                f"unknown ONNX Runtime provider(s) {unknown}; this build has {ort.get_available_providers()}"
+            )
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1 (or None for ONNX Runtime's default), got {threads}")
         opts = ort.SessionOptions()
@@ -229,9 +281,14 @@ class OnnxRunner(Runner):
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
         self.precision = precision or onnx_precision(path)
         self.name = name or f"onnx-{path.stem}-{self.precision}"
-        self.input_spec = [InputSpec(i.name, np.dtype(_ORT_DTYPES.get(i.type, np.float32)),
-                                     tuple(d if isinstance(d, int) else (d or f"dim{a}") for a, d in enumerate(i.shape)))
-                           for i in self.session.get_inputs()]
+        self.input_spec = [
+            InputSpec(
+                i.name,
+                np.dtype(_ORT_DTYPES.get(i.type, np.float32)),
+                tuple(d if isinstance(d, int) else (d or f"dim{a}") for a, d in enumerate(i.shape)),
+            )
+            for i in self.session.get_inputs()
+        ]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def run_all(self, batch) -> list[np.ndarray]:
@@ -240,12 +297,12 @@ class OnnxRunner(Runner):
         try:
             return self.session.run(None, feed)
         except Exception as e:  # onnxruntime's own exception types; say it in words
-            raise ValueError(f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
-                             f"it expects {describe_spec(self.input_spec)}") from e
+            raise ValueError(
+                f"{self.name} could not run inputs {_shapes(batch)}: {str(e).splitlines()[0][:300]}; "
+                f"it expects {describe_spec(self.input_spec)}"
+            ) from e
 
     @property
     def size_bytes(self) -> int:
         data = self.path.with_name(self.path.name + ".data")
         return self.path.stat().st_size + (data.stat().st_size if data.exists() else 0)
-
-

@@ -1,6 +1,7 @@
 """A text classifier with per-stage timing (tokenize / forward / post-process), the slow vs fast
 tokenizer comparison, and the course's sentiment model ready to serve (topics E1, E5).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,10 @@ class ClassifierWithEmbedding(nn.Module):
 
 
 def text_input_spec() -> list[InputSpec]:
-    return [InputSpec("input_ids", np.dtype("int64"), ("batch", "seq")),
-            InputSpec("attention_mask", np.dtype("int64"), ("batch", "seq"))]
+    return [
+        InputSpec("input_ids", np.dtype("int64"), ("batch", "seq")),
+        InputSpec("attention_mask", np.dtype("int64"), ("batch", "seq")),
+    ]
 
 
 @dataclass
@@ -55,26 +58,34 @@ class StageTimings:
         return self.total_ms / max(self.batch_size, 1)
 
     def as_dict(self) -> dict:
-        return {"batch_size": self.batch_size, "tokenize_ms": self.tokenize_ms, "forward_ms": self.forward_ms,
-                "postprocess_ms": self.postprocess_ms, "total_ms": self.total_ms, "per_request_ms": self.per_request_ms}
+        return {
+            "batch_size": self.batch_size,
+            "tokenize_ms": self.tokenize_ms,
+            "forward_ms": self.forward_ms,
+            "postprocess_ms": self.postprocess_ms,
+            "total_ms": self.total_ms,
+            "per_request_ms": self.per_request_ms,
+        }
 
 
 @dataclass
 class TextPrediction:
-    probs: np.ndarray        # (K, C) softmax probabilities of the K texts that were run
-    label_ids: np.ndarray    # (K,) argmax
+    probs: np.ndarray  # (K, C) softmax probabilities of the K texts that were run
+    label_ids: np.ndarray  # (K,) argmax
     labels: list[str]
     timings: StageTimings
     truncated: list[bool] = field(default_factory=list)  # (N,) one per text given: cut to max_length?
-    kept: list[int] = field(default_factory=list)        # (K,) which of the N texts the rows are (all, unless
-                                                         # drop_truncated removed some)
+    kept: list[int] = field(default_factory=list)  # (K,) which of the N texts the rows are (all, unless
+    # drop_truncated removed some)
 
 
 def int64_inputs(enc) -> dict[str, np.ndarray]:
     """A tokenizer's numpy output as the int64 `input_ids`/`attention_mask` every runner expects: (B, T) each.
     (Tokenizers give int32 or int64 depending on the backend; the exported graphs take int64.)"""
-    return {"input_ids": np.asarray(enc["input_ids"]).astype(np.int64),
-            "attention_mask": np.asarray(enc["attention_mask"]).astype(np.int64)}
+    return {
+        "input_ids": np.asarray(enc["input_ids"]).astype(np.int64),
+        "attention_mask": np.asarray(enc["attention_mask"]).astype(np.int64),
+    }
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -109,12 +120,14 @@ class TextClassifierRunner:
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
             raise TypeError(f"texts must all be str; item {bad[0]} is {type(texts[bad[0]]).__name__}")
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="np"
+        )
         batch = int64_inputs(enc)
-        if enc.encodings is not None:                     # a fast (Rust) tokenizer kept what it cut off
+        if enc.encodings is not None:  # a fast (Rust) tokenizer kept what it cut off
             return batch, [bool(e.overflowing) for e in enc.encodings]
         # A slow (Python) tokenizer does not say: only a row that fills max_length can have been cut.
-        full = batch["attention_mask"].sum(-1) >= self.max_length                 # (B,)
+        full = batch["attention_mask"].sum(-1) >= self.max_length  # (B,)
         return batch, [bool(f) and len(self.tokenizer(t)["input_ids"]) > self.max_length for f, t in zip(full, texts)]
 
     def predict(self, texts: Sequence[str], drop_truncated: bool = False) -> TextPrediction:
@@ -124,11 +137,11 @@ class TextClassifierRunner:
         batch, truncated = self.encode(texts)
         kept = [i for i, cut in enumerate(truncated) if not (drop_truncated and cut)]
         if len(kept) < len(truncated):
-            batch = {k: v[kept] for k, v in batch.items()}             # (K, T) each
+            batch = {k: v[kept] for k, v in batch.items()}  # (K, T) each
         t1 = time.perf_counter()
         logits = self.runner.run(batch) if kept else np.zeros((0, len(self.classes)), np.float32)  # (K, C)
-        t2 = time.perf_counter()                                        # the runner synced the device
-        probs = softmax(logits.astype(np.float32))                      # (K, C)
+        t2 = time.perf_counter()  # the runner synced the device
+        probs = softmax(logits.astype(np.float32))  # (K, C)
         ids = probs.argmax(-1)
         labels = [self.classes[i] for i in ids]
         t3 = time.perf_counter()
@@ -142,8 +155,9 @@ class TextClassifierRunner:
         return pred.probs, pred.timings
 
 
-def stage_breakdown(clf: TextClassifierRunner, texts: Sequence[str], batch_size: int, iters: int = 10,
-                    warmup: int = 2) -> dict[str, LatencyStats]:
+def stage_breakdown(
+    clf: TextClassifierRunner, texts: Sequence[str], batch_size: int, iters: int = 10, warmup: int = 2
+) -> dict[str, LatencyStats]:
     """Latency statistics per stage over `iters` batches of `batch_size` texts (cycled from `texts`)."""
     if batch_size < 1 or not texts:
         raise ValueError("stage_breakdown needs batch_size >= 1 and at least one text")
@@ -174,9 +188,9 @@ def slow_tokenizer():
 @dataclass
 class TokenizerComparison:
     n_texts: int
-    fast_ms: float   # median over repeats, whole list
+    fast_ms: float  # median over repeats, whole list
     slow_ms: float
-    same_ids: bool   # the two produce identical input_ids and attention masks
+    same_ids: bool  # the two produce identical input_ids and attention masks
 
     @property
     def speedup(self) -> float:
@@ -229,15 +243,19 @@ def sentiment_onnx(classifier=None, max_length: int = 64) -> Path:
     classifier = classifier if classifier is not None else sentiment_classifier(max_length=max_length).model
     path = cache_dir() / "onnx" / f"sentiment-{weights_key(classifier)}.onnx"
     if not path.exists():
-        sample = {"input_ids": torch.randint(1000, 5000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
+        sample = {
+            "input_ids": torch.randint(1000, 5000, (2, 16)),
+            "attention_mask": torch.ones(2, 16, dtype=torch.long),
+        }
         tmp = path.with_name(path.stem + f".tmp{os.getpid()}.onnx")
         export_onnx(ClassifierWithEmbedding(classifier), sample, tmp, output_names=("logits", "sentence_embedding"))
         os.replace(tmp, path)  # atomic: a reader never sees half a file
     return path
 
 
-def sentiment_runner(backend: str = "onnx", precision: str = "fp32", threads: int | None = None,
-                     max_length: int = 64, trained=None) -> TextClassifierRunner:
+def sentiment_runner(
+    backend: str = "onnx", precision: str = "fp32", threads: int | None = None, max_length: int = 64, trained=None
+) -> TextClassifierRunner:
     """A ready TextClassifierRunner for the course's sentiment model.
 
     backend='torch' (precision fp32/fp16/bf16) or 'onnx' (fp32, or int8 = dynamic INT8 via ailab.quantize).
@@ -252,8 +270,9 @@ def sentiment_runner(backend: str = "onnx", precision: str = "fp32", threads: in
     if backend == "torch":
         if threads is not None:
             torch.set_num_threads(threads)
-        runner = TorchRunner(trained.model, text_input_spec(), name=f"torch-sentiment-{precision}", device="cpu",
-                             precision=precision)
+        runner = TorchRunner(
+            trained.model, text_input_spec(), name=f"torch-sentiment-{precision}", device="cpu", precision=precision
+        )
         return TextClassifierRunner(runner, tok, max_length, classes)
     if precision not in ("fp32", "int8"):
         raise ValueError(f"precision={precision!r} for backend='onnx'; choose 'fp32' or 'int8'")
@@ -281,8 +300,11 @@ def stage_view(rows: Sequence[dict], model: str, batch_size: int) -> dict:
         raise ValueError(f"batch_size={batch_size!r} was not measured for {model}; choose one of {sizes}")
     c = next(r for r in line if r["batch_size"] == batch_size)
     total = sum(c[s] for s in STAGES)
-    return {"categories": [f"batch {b}" for b in sizes],
-            "series": {s: [100 * r[s] / sum(r[t] for t in STAGES) for r in line] for s in STAGES},
-            "title": f"{model}, batch {batch_size}: " + ", ".join(f"{s} {c[s]:.2f} ms ({c[s] / total:.0%})" for s in STAGES)
-                     + f"; {total / batch_size:.2f} ms per text",
-            "y_title": "% of request time"}
+    return {
+        "categories": [f"batch {b}" for b in sizes],
+        "series": {s: [100 * r[s] / sum(r[t] for t in STAGES) for r in line] for s in STAGES},
+        "title": f"{model}, batch {batch_size}: "
+        + ", ".join(f"{s} {c[s]:.2f} ms ({c[s] / total:.0%})" for s in STAGES)
+        + f"; {total / batch_size:.2f} ms per text",
+        "y_title": "% of request time",
+    }

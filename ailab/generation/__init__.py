@@ -14,10 +14,11 @@
 
 The model comes from ailab.models.tiny_gpt(size); Decoder(tiny_gpt("1m")) runs it.
 """
+
 from __future__ import annotations
 
-from ailab.generation.decode import decode_one_token, generate, generate_without_cache, next_token, prefill  # noqa: F401
-from ailab.generation.decoder import Decoder  # noqa: F401
-from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token  # noqa: F401
-from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache  # noqa: F401
-from ailab.generation.scheduler import Request, RequestTooLarge, Scheduler  # noqa: F401
+from ailab.generation.decode import decode_one_token, generate, generate_without_cache, next_token, prefill
+from ailab.generation.decoder import Decoder
+from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token
+from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
+from ailab.generation.scheduler import Request, RequestTooLarge, Scheduler

@@ -1,6 +1,7 @@
 """Generation as two named steps (gpt-fast style): `prefill` the prompt once, then `decode_one_token` per
 new token, each reading and extending the cache. `generate_without_cache` recomputes the whole prefix at every
 step: the same tokens, at a cost that grows with the square of the length."""
+
 from __future__ import annotations
 
 import torch
@@ -8,8 +9,9 @@ import torch
 from ailab.generation.kv_cache import KVCache, NoCacheView
 
 
-def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None,
-               top_p: float = 1.0) -> torch.Tensor:
+def next_token(
+    logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None, top_p: float = 1.0
+) -> torch.Tensor:
     """(B, vocab) logits -> (B, 1) ids: greedy at temperature 0, else sampled from softmax(logits / T), keeping
     only the smallest set of tokens whose probabilities add up to `top_p` (nucleus sampling)."""
     if temperature < 0:
@@ -18,10 +20,10 @@ def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)               # (B, vocab)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, vocab)
     if top_p < 1:
         sorted_p, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_p.cumsum(-1) - sorted_p >= top_p                      # the mass before it already reached top_p
+        outside = sorted_p.cumsum(-1) - sorted_p >= top_p  # the mass before it already reached top_p
         sorted_p = sorted_p.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return torch.multinomial(probs, 1, generator=generator)
@@ -34,7 +36,7 @@ def prefill(model, cache: KVCache, ids: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"prompt ids must be (batch={cache.batch}, T); got shape {tuple(ids.shape)}")
     if cache.length:
         raise ValueError(f"prefill starts an empty cache; this one already holds {cache.length} tokens")
-    logits = model(ids, cache.view(ids.shape[1]))           # (B, T, vocab)
+    logits = model(ids, cache.view(ids.shape[1]))  # (B, T, vocab)
     cache.advance(ids.shape[1])
     return logits[:, -1]
 
@@ -42,7 +44,7 @@ def prefill(model, cache: KVCache, ids: torch.Tensor) -> torch.Tensor:
 @torch.inference_mode()
 def decode_one_token(model, cache: KVCache, token: torch.Tensor) -> torch.Tensor:
     """One step: the (B, 1) newest token in, the next position's logits (B, vocab) out; the cache grows by one."""
-    logits = model(token, cache.view(1))                     # (B, 1, vocab)
+    logits = model(token, cache.view(1))  # (B, 1, vocab)
     cache.advance(1)
     return logits[:, -1]
 
@@ -53,17 +55,29 @@ def _check_prompt(model, ids: torch.Tensor, max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if ids.shape[1] + max_new_tokens > model.max_positions:
-        raise ValueError(f"{ids.shape[1]} prompt + {max_new_tokens} new tokens exceed the model's "
-                         f"{model.max_positions} positions")
+        raise ValueError(
+            f"{ids.shape[1]} prompt + {max_new_tokens} new tokens exceed the model's {model.max_positions} positions"
+        )
 
 
 @torch.inference_mode()
-def generate(model, ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None,
-             cache: KVCache | None = None) -> torch.Tensor:
+def generate(
+    model,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    cache: KVCache | None = None,
+) -> torch.Tensor:
     """Prompt (B, T) -> (B, max_new_tokens) new ids, with the KV cache."""
     _check_prompt(model, ids, max_new_tokens)
-    cache = cache or KVCache.for_model(model, ids.shape[0], ids.shape[1] + max_new_tokens,
-                                       dtype=model.hf.transformer.wte.weight.dtype, device=ids.device)
+    cache = cache or KVCache.for_model(
+        model,
+        ids.shape[0],
+        ids.shape[1] + max_new_tokens,
+        dtype=model.hf.transformer.wte.weight.dtype,
+        device=ids.device,
+    )
     gen = torch.Generator(device=ids.device).manual_seed(seed) if seed is not None else None
     token = next_token(prefill(model, cache, ids), temperature, gen)
     out = [token]
@@ -79,6 +93,6 @@ def generate_without_cache(model, ids: torch.Tensor, max_new_tokens: int) -> tor
     _check_prompt(model, ids, max_new_tokens)
     seq = ids
     for _ in range(max_new_tokens):
-        logits = model(seq, NoCacheView(seq.shape[0], seq.shape[1], seq.device))   # (B, T, vocab)
+        logits = model(seq, NoCacheView(seq.shape[0], seq.shape[1], seq.device))  # (B, T, vocab)
         seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return seq[:, ids.shape[1]:]
+    return seq[:, ids.shape[1] :]

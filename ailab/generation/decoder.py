@@ -12,6 +12,7 @@ The cache is passed in as a *view* (kv_cache.ContiguousView or paged.PagedView):
 the new tokens, stores their K/V and returns the attention over everything cached so far. The decoder
 itself holds no state between calls.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,34 +54,36 @@ class Decoder(nn.Module):
     def forward(self, ids: torch.Tensor, view) -> torch.Tensor:
         """Logits (B, T, vocab) for `ids` (B, T), whose positions, and whose earlier tokens' K/V, `view` holds."""
         t = self.hf.transformer
-        positions = view.positions                                  # (B, T)
+        positions = view.positions  # (B, T)
         if int(positions.max()) >= self.max_positions:
             raise ValueError(f"position {int(positions.max())} is past the model's {self.max_positions} positions")
-        x = t.wte(ids) + t.wpe(positions)                           # (B, T, C)
+        x = t.wte(ids) + t.wpe(positions)  # (B, T, C)
         for layer, block in enumerate(t.h):
-            x = x + self._attention(layer, block.attn, F.layer_norm(x, (self.n_embd,), block.ln_1.weight,
-                                                                    block.ln_1.bias, self.eps), view)
+            x = x + self._attention(
+                layer, block.attn, F.layer_norm(x, (self.n_embd,), block.ln_1.weight, block.ln_1.bias, self.eps), view
+            )
             x = x + self._mlp(block.mlp, F.layer_norm(x, (self.n_embd,), block.ln_2.weight, block.ln_2.bias, self.eps))
         x = F.layer_norm(x, (self.n_embd,), t.ln_f.weight, t.ln_f.bias, self.eps)
-        return x @ t.wte.weight.T                                   # (B, T, vocab): the head is tied to wte
+        return x @ t.wte.weight.T  # (B, T, vocab): the head is tied to wte
 
     def _attention(self, layer: int, attn, x: torch.Tensor, view) -> torch.Tensor:
         B, T, C = x.shape
         qkv = torch.addmm(attn.c_attn.bias, x.reshape(B * T, C), attn.c_attn.weight).view(B, T, 3 * C)
-        q, k, v = qkv.split(C, dim=2)                               # (B, T, C) each
+        q, k, v = qkv.split(C, dim=2)  # (B, T, C) each
         q, k, v = (z.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
-        y = view.attend(layer, q, k, v, scale=1.0 / math.sqrt(self.head_dim))                   # (B, H, T, D)
+        y = view.attend(layer, q, k, v, scale=1.0 / math.sqrt(self.head_dim))  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B * T, C)
         return torch.addmm(attn.c_proj.bias, y, attn.c_proj.weight).view(B, T, C)
 
     def _mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         h = torch.addmm(mlp.c_fc.bias, x.reshape(B * T, C), mlp.c_fc.weight)
-        h = F.gelu(h, approximate="tanh")                           # GPT-2's "gelu_new"
+        h = F.gelu(h, approximate="tanh")  # GPT-2's "gelu_new"
         return torch.addmm(mlp.c_proj.bias, h, mlp.c_proj.weight).view(B, T, C)
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-                     scale: float) -> torch.Tensor:
+def masked_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
     """softmax(q k^T * scale, where allowed) v. q (B, H, T, D), k/v (B, H, S, D), allowed (B, 1, T, S) bool."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)

@@ -13,6 +13,7 @@ and the HTTP side's Python (a socket write per streamed chunk) share one GIL in 
 16 streaming clients, the core thread got 0.78 of a core while the event loop held the GIL for 0.15: each step
 took a third longer than the same scheduler alone. vLLM v1 splits them the same way (its EngineCore process).
 """
+
 from __future__ import annotations
 
 import time
@@ -25,6 +26,7 @@ from ailab.generation import PagedKVCache, Request, Scheduler
 @dataclass
 class Submit:
     """A request as plain data: what crosses to the core, thread or process."""
+
     id: int
     prompt: list[int]
     max_new_tokens: int
@@ -39,6 +41,7 @@ class Submit:
 class StepOutput:
     """One step's news: (request id, tokens made this step, tokens handed over, finish reason or None) for each
     request that made tokens or ended, then the engine's figures."""
+
     updates: list[tuple[int, int, list[int], str | None]] = field(default_factory=list)
     step_s: float = 0.0
     stepped: bool = False
@@ -46,18 +49,17 @@ class StepOutput:
     running: int = 0
     waiting: int = 0
     blocks_free: int = 0
-    errors: list[tuple[int, str]] = field(default_factory=list)     # requests ended by a failure, and why
+    errors: list[tuple[int, str]] = field(default_factory=list)  # requests ended by a failure, and why
 
 
 def _stop_rule(stops: tuple[bytes, ...]):
     if not stops:
         return None
-    return lambda out: any(len(out) >= len(x) and bytes(out[-len(x):]) == x for x in stops)
+    return lambda out: any(len(out) >= len(x) and bytes(out[-len(x) :]) == x for x in stops)
 
 
 class EngineCore:
-    def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_running: int = 8,
-                 warmup: bool = True):
+    def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_running: int = 8, warmup: bool = True):
         self.model = model
         self.cache = PagedKVCache.for_model(model, num_blocks, block_size)
         self.scheduler = Scheduler(model, self.cache, max_running)
@@ -80,11 +82,18 @@ class EngineCore:
 
     def handle(self, kind: str, item, out: StepOutput) -> None:
         if kind == "submit":
-            req = Request(item.id, list(item.prompt), item.max_new_tokens, temperature=item.temperature,
-                          top_p=item.top_p, seed=item.seed, stop=_stop_rule(tuple(item.stops)))
+            req = Request(
+                item.id,
+                list(item.prompt),
+                item.max_new_tokens,
+                temperature=item.temperature,
+                top_p=item.top_p,
+                seed=item.seed,
+                stop=_stop_rule(tuple(item.stops)),
+            )
             try:
                 self.scheduler.submit(req)
-            except ValueError as e:            # checked by the route already; never let it stop the loop
+            except ValueError as e:  # checked by the route already; never let it stop the loop
                 out.errors.append((item.id, str(e)))
                 return
             self._live[item.id] = (req, item.incremental, 0, 0)
@@ -110,7 +119,7 @@ class EngineCore:
             made = len(req.output) - counted
             if not (made or done):
                 continue
-            give = req.output[handed:] if incremental or done else []    # a whole answer: everything at its end
+            give = req.output[handed:] if incremental or done else []  # a whole answer: everything at its end
             out.updates.append((rid, made, give, req.finish_reason if done else None))
             if done:
                 del self._live[rid]
@@ -123,8 +132,9 @@ class EngineCore:
         out.blocks_free = len(self.cache.allocator.free_blocks)
         return out
 
-    def run(self, commands: Callable[[float], list], emit: Callable[[StepOutput], None],
-            stopped: Callable[[], bool]) -> None:
+    def run(
+        self, commands: Callable[[float], list], emit: Callable[[StepOutput], None], stopped: Callable[[], bool]
+    ) -> None:
         """The loop: commands(wait_s) returns what has come (waiting up to wait_s when there is nothing to do)."""
         while not stopped():
             out = StepOutput()
@@ -133,7 +143,7 @@ class EngineCore:
                 self.handle(kind, item, out)
             if not self.idle:
                 self.step(out)
-            if taken or out.stepped:             # idle and nothing asked: nothing to tell
+            if taken or out.stepped:  # idle and nothing asked: nothing to tell
                 emit(self.figures(out))
 
 

@@ -1,12 +1,13 @@
 """What the KV cache costs and buys, measured on this machine (notebook 5/01 and `ailab bench generation`).
 
-    cache_growth            the cache's memory (VRAM on a GPU: bytes asked for, blocks handed out) at several
-                            lengths, beside the formula and the formula rounded to the allocator's blocks
-    cache_bytes_per_token   bytes the cache's tensors ask for per cached token (slope over two lengths) vs formula
-    cache_vs_recompute      per-token decode time with the cache vs recomputing the whole prefix, as n grows
-    prefill_vs_decode       tokens/s of both phases and their arithmetic intensity, for the roofline
-    paged_waste             KV slots reserved vs used by the real allocator on a mix of lengths
+cache_growth            the cache's memory (VRAM on a GPU: bytes asked for, blocks handed out) at several
+                        lengths, beside the formula and the formula rounded to the allocator's blocks
+cache_bytes_per_token   bytes the cache's tensors ask for per cached token (slope over two lengths) vs formula
+cache_vs_recompute      per-token decode time with the cache vs recomputing the whole prefix, as n grows
+prefill_vs_decode       tokens/s of both phases and their arithmetic intensity, for the roofline
+paged_waste             KV slots reserved vs used by the real allocator on a mix of lengths
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,8 +20,9 @@ from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token
 from ailab.generation.paged import BlockAllocator
 
 
-def cache_growth(model, lengths: Sequence[int] = (64, 128, 256, 448), batch: int = 8,
-                 dtype: torch.dtype | None = None) -> list[dict]:
+def cache_growth(
+    model, lengths: Sequence[int] = (64, 128, 256, 448), batch: int = 8, dtype: torch.dtype | None = None
+) -> list[dict]:
     """The memory a KVCache of `batch` sequences takes at each max length, as the allocator of the model's
     device reports it, beside the formula's bytes for as many tokens.
 
@@ -34,15 +36,20 @@ def cache_growth(model, lengths: Sequence[int] = (64, 128, 256, 448), batch: int
     formula = kv_bytes_per_token(model, dtype)
     rows = []
     for n in lengths:
+
         def build(n=n):
             return KVCache.for_model(model, batch, n, dtype)
 
-        per_tensor = formula * batch * n // 2          # K and V are one tensor each, half the bytes apiece
+        per_tensor = formula * batch * n // 2  # K and V are one tensor each, half the bytes apiece
         row = {"tokens": batch * n, "formula_bytes": formula * batch * n}
         if model.device.type == "cuda":
             m = allocated_and_requested(build, model.device)
-            row.update(bytes=m["allocated"], requested_bytes=m["requested"], pool=m["pool"],
-                       block_bytes=sum(fresh_blocks([per_tensor, per_tensor])))
+            row.update(
+                bytes=m["allocated"],
+                requested_bytes=m["requested"],
+                pool=m["pool"],
+                block_bytes=sum(fresh_blocks([per_tensor, per_tensor])),
+            )
         else:
             held = peak_bytes(build, model.device)
             row.update(bytes=held, requested_bytes=held, block_bytes=row["formula_bytes"])
@@ -50,8 +57,9 @@ def cache_growth(model, lengths: Sequence[int] = (64, 128, 256, 448), batch: int
     return rows
 
 
-def cache_bytes_per_token(model, lengths: tuple[int, int] = (64, 448), batch: int = 1,
-                          dtype: torch.dtype | None = None) -> dict:
+def cache_bytes_per_token(
+    model, lengths: tuple[int, int] = (64, 448), batch: int = 1, dtype: torch.dtype | None = None
+) -> dict:
     """Bytes per token of a KVCache from the bytes its tensors asked for (cache_growth at two lengths: the
     slope, so any fixed cost cancels), against the formula; and the slope of what the allocator handed out."""
     dtype = dtype or model.dtype
@@ -59,10 +67,15 @@ def cache_bytes_per_token(model, lengths: tuple[int, int] = (64, 448), batch: in
     tokens = long["tokens"] - short["tokens"]
     per_token = (long["requested_bytes"] - short["requested_bytes"]) / tokens
     formula = kv_bytes_per_token(model, dtype)
-    return {"measured_bytes_per_token": per_token, "formula_bytes_per_token": formula,
-            "error_frac": abs(per_token - formula) / formula,
-            "allocated_bytes_per_token": (long["bytes"] - short["bytes"]) / tokens, "lengths": list(lengths),
-            "dtype": str(dtype).replace("torch.", ""), "device": model.device.type}
+    return {
+        "measured_bytes_per_token": per_token,
+        "formula_bytes_per_token": formula,
+        "error_frac": abs(per_token - formula) / formula,
+        "allocated_bytes_per_token": (long["bytes"] - short["bytes"]) / tokens,
+        "lengths": list(lengths),
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": model.device.type,
+    }
 
 
 def cache_vs_recompute(model, lengths: Sequence[int] = (16, 64, 128, 256, 448), rounds: int = 7) -> list[dict]:
@@ -79,17 +92,24 @@ def cache_vs_recompute(model, lengths: Sequence[int] = (16, 64, 128, 256, 448), 
         prefill(model, cache, ids[:, :n])
 
         def cached():
-            cache.length = n                              # rewind: the step always sees n cached tokens
+            cache.length = n  # rewind: the step always sees n cached tokens
             decode_one_token(model, cache, ids[:, n:])
 
         def recompute():
             with torch.inference_mode():
                 model(ids, NoCacheView(1, n + 1, model.device))
 
-        stats = interleaved({"cached": cached, "recompute": recompute}, rounds=rounds, warmup=2, device=model.device,
-                            max_seconds=10).stats
-        rows.append({"context": n, "cached_ms": stats["cached"].p50_ms, "recompute_ms": stats["recompute"].p50_ms,
-                     "speedup": stats["recompute"].p50_ms / stats["cached"].p50_ms})
+        stats = interleaved(
+            {"cached": cached, "recompute": recompute}, rounds=rounds, warmup=2, device=model.device, max_seconds=10
+        ).stats
+        rows.append(
+            {
+                "context": n,
+                "cached_ms": stats["cached"].p50_ms,
+                "recompute_ms": stats["recompute"].p50_ms,
+                "speedup": stats["recompute"].p50_ms / stats["cached"].p50_ms,
+            }
+        )
     return rows
 
 
@@ -114,23 +134,31 @@ def prefill_vs_decode(model, prompt: int = 256, batch: int = 8, decode_steps: in
     def run_decode():
         cache.length = prompt
         for t in range(decode_steps):
-            decode_one_token(model, cache, ids[:, prompt + t:prompt + t + 1])
+            decode_one_token(model, cache, ids[:, prompt + t : prompt + t + 1])
 
     run_prefill()
-    stats = interleaved({"prefill": run_prefill, "decode": run_decode}, rounds=rounds, warmup=1, device=model.device,
-                        max_seconds=20).stats
+    stats = interleaved(
+        {"prefill": run_prefill, "decode": run_decode}, rounds=rounds, warmup=1, device=model.device, max_seconds=20
+    ).stats
     params, itemsize = param_count(model), torch.empty((), dtype=model.dtype).element_size()
     weight_bytes = params * itemsize
     kv_token = kv_bytes_per_token(model, model.dtype)
     flops_prefill = 2 * params * batch * prompt
     flops_decode_pass = 2 * params * batch
-    bytes_prefill = weight_bytes + kv_token * batch * prompt                 # weights once, K/V written once
-    bytes_decode_pass = weight_bytes + kv_token * batch * (prompt + decode_steps / 2)   # weights + the cache read
+    bytes_prefill = weight_bytes + kv_token * batch * prompt  # weights once, K/V written once
+    bytes_decode_pass = weight_bytes + kv_token * batch * (prompt + decode_steps / 2)  # weights + the cache read
     p_s, d_s = stats["prefill"].p50_ms / 1e3, stats["decode"].p50_ms / 1e3
-    return {"prompt": prompt, "batch": batch, "decode_steps": decode_steps,
-            "prefill_tokens_per_s": batch * prompt / p_s, "decode_tokens_per_s": batch * decode_steps / d_s,
-            "prefill_gflops": flops_prefill / p_s / 1e9, "decode_gflops": flops_decode_pass * decode_steps / d_s / 1e9,
-            "prefill_intensity": flops_prefill / bytes_prefill, "decode_intensity": flops_decode_pass / bytes_decode_pass}
+    return {
+        "prompt": prompt,
+        "batch": batch,
+        "decode_steps": decode_steps,
+        "prefill_tokens_per_s": batch * prompt / p_s,
+        "decode_tokens_per_s": batch * decode_steps / d_s,
+        "prefill_gflops": flops_prefill / p_s / 1e9,
+        "decode_gflops": flops_decode_pass * decode_steps / d_s / 1e9,
+        "prefill_intensity": flops_prefill / bytes_prefill,
+        "decode_intensity": flops_decode_pass / bytes_decode_pass,
+    }
 
 
 def request_mix(n: int = 200, seed: int = 0, max_len: int = 1024) -> np.ndarray:
@@ -151,6 +179,12 @@ def paged_waste(lengths: Sequence[int], block_size: int = 16, max_len: int = 102
         for _ in range(n - prompt):
             alloc.append(i)
     used, reserved = alloc.used_tokens, alloc.reserved_tokens
-    return {"sequences": len(lengths), "used_tokens": used, "reserved_paged_tokens": reserved,
-            "reserved_max_tokens": max_len * len(lengths), "waste_frac_paged": 1 - used / reserved,
-            "waste_frac_max": 1 - used / (max_len * len(lengths)), "block_size": block_size}
+    return {
+        "sequences": len(lengths),
+        "used_tokens": used,
+        "reserved_paged_tokens": reserved,
+        "reserved_max_tokens": max_len * len(lengths),
+        "waste_frac_paged": 1 - used / reserved,
+        "waste_frac_max": 1 - used / (max_len * len(lengths)),
+        "block_size": block_size,
+    }

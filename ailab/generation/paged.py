@@ -9,6 +9,7 @@ its last block, instead of everything between its length and a reserved maximum.
 Running out of blocks raises OutOfBlocks before anything is taken: the caller decides whether the request
 waits or is refused. It is never an out-of-memory crash.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -89,16 +90,29 @@ class BlockAllocator:
 
 
 class PagedKVCache:
-    def __init__(self, n_layer: int, n_head: int, head_dim: int, allocator: BlockAllocator,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        n_layer: int,
+        n_head: int,
+        head_dim: int,
+        allocator: BlockAllocator,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ):
         slots = allocator.num_blocks * allocator.block_size
         self.k = torch.zeros(n_layer, slots, n_head, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.allocator = allocator
 
     @classmethod
-    def for_model(cls, model, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None,
-                  device: str | torch.device | None = None) -> "PagedKVCache":
+    def for_model(
+        cls,
+        model,
+        num_blocks: int,
+        block_size: int = 16,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+    ) -> "PagedKVCache":
         """A pool of `num_blocks` blocks shaped for `model`; its dtype and device are the model's unless given."""
         dtype, device = model_placement(model, dtype, device)
         return cls(model.n_layer, model.n_head, model.head_dim, BlockAllocator(num_blocks, block_size), dtype, device)
@@ -116,18 +130,19 @@ class PagedKVCache:
 class PagedView:
     def __init__(self, cache: PagedKVCache, seqs: Sequence[Hashable], new_tokens: int):
         a, device = cache.allocator, cache.k.device
-        lengths = torch.tensor([a.lengths[s] for s in seqs], device=device)             # (B,)
+        lengths = torch.tensor([a.lengths[s] for s in seqs], device=device)  # (B,)
         if int(lengths.min()) < new_tokens:
             raise ValueError(f"a sequence holds fewer than the {new_tokens} new tokens")
-        self.table = a.table_tensor(seqs, device)                                       # (B, blocks)
+        self.table = a.table_tensor(seqs, device)  # (B, blocks)
         self.positions = lengths[:, None] - new_tokens + torch.arange(new_tokens, device=device)  # (B, T)
-        self.new_slots = (self.table.gather(1, self.positions // a.block_size) * a.block_size
-                          + self.positions % a.block_size)                              # (B, T)
+        self.new_slots = (
+            self.table.gather(1, self.positions // a.block_size) * a.block_size + self.positions % a.block_size
+        )  # (B, T)
         self.block_size, self.cache = a.block_size, cache
 
     def attend(self, layer: int, q, k, v, scale: float):
         B, H, T, D = k.shape
-        store_k, store_v = self.cache.k[layer], self.cache.v[layer]                     # (slots, H, D)
+        store_k, store_v = self.cache.k[layer], self.cache.v[layer]  # (slots, H, D)
         store_k[self.new_slots.reshape(-1)] = k.transpose(1, 2).reshape(B * T, H, D)
         store_v[self.new_slots.reshape(-1)] = v.transpose(1, 2).reshape(B * T, H, D)
         # Gathered a whole block at a time (one index per block, not per token): S is the longest table's
@@ -136,5 +151,5 @@ class PagedView:
         keys = store_k.view(-1, self.block_size, H, D)[self.table].view(B, width, H, D).transpose(1, 2)  # (B, H, S, D)
         values = store_v.view(-1, self.block_size, H, D)[self.table].view(B, width, H, D).transpose(1, 2)
         key_pos = torch.arange(width, device=q.device)
-        allowed = key_pos[None, None, :] <= self.positions[:, :, None]                  # (B, T, S)
+        allowed = key_pos[None, None, :] <= self.positions[:, :, None]  # (B, T, S)
         return masked_attention(q, keys, values, allowed[:, None], scale)

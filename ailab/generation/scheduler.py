@@ -15,6 +15,7 @@ policy="static" is the comparison: a batch is admitted only when the previous on
 short members sit idle until the longest ends. A request that could never fit the whole pool is refused
 when it is submitted (RequestTooLarge), not left to wait forever.
 """
+
 from __future__ import annotations
 
 import time
@@ -40,13 +41,13 @@ class Request:
     prompt: list[int]
     max_new_tokens: int
     arrival_s: float = 0.0
-    temperature: float = 0.0                  # 0: greedy
+    temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int | None = None
-    stop: Callable[[list[int]], bool] | None = None   # called with the output so far: True ends the request
+    stop: Callable[[list[int]], bool] | None = None  # called with the output so far: True ends the request
     output: list[int] = field(default_factory=list)
     state: str = WAITING
-    finish_reason: str | None = None          # "length", "stop" or "cancelled"
+    finish_reason: str | None = None  # "length", "stop" or "cancelled"
     first_token_s: float | None = None
     finished_s: float | None = None
     preemptions: int = 0
@@ -54,14 +55,15 @@ class Request:
 
     def sample(self, logits: torch.Tensor) -> int:
         """The next token from this request's (1, vocab) logits, with its own sampling settings and seed."""
-        if self.temperature > 0 and self.generator is None:       # on the logits' device: CUDA samples there
+        if self.temperature > 0 and self.generator is None:  # on the logits' device: CUDA samples there
             self.generator = torch.Generator(logits.device).manual_seed(self.seed if self.seed is not None else self.id)
         return int(next_token(logits, self.temperature, self.generator, self.top_p)[0, 0])
 
     @property
     def done(self) -> bool:
-        return len(self.output) >= self.max_new_tokens or (self.stop is not None and bool(self.output)
-                                                            and self.stop(self.output))
+        return len(self.output) >= self.max_new_tokens or (
+            self.stop is not None and bool(self.output) and self.stop(self.output)
+        )
 
 
 @dataclass
@@ -72,29 +74,39 @@ class StepReport:
     preempted: int
     running: int
     waiting: int
-    done: list[Request] = field(default_factory=list)   # the requests that finished in this step, handed over
+    done: list[Request] = field(default_factory=list)  # the requests that finished in this step, handed over
 
 
 class Scheduler:
-    def __init__(self, model, cache: PagedKVCache, max_running: int | None = None, policy: str = "continuous",
-                 clock=time.perf_counter):
+    def __init__(
+        self,
+        model,
+        cache: PagedKVCache,
+        max_running: int | None = None,
+        policy: str = "continuous",
+        clock=time.perf_counter,
+    ):
         if policy not in ("continuous", "static"):
             raise ValueError(f"policy={policy!r}; choose 'continuous' or 'static'")
         self.model, self.cache, self.alloc = model, cache, cache.allocator
         self.max_running, self.policy, self.clock = max_running, policy, clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._done: list[Request] = []     # finished in the step under way; handed over by step() and forgotten
+        self._done: list[Request] = []  # finished in the step under way; handed over by step() and forgotten
 
     def submit(self, req: Request) -> None:
         total = len(req.prompt) + req.max_new_tokens
         if req.max_new_tokens < 1 or not req.prompt:
             raise ValueError(f"request {req.id}: needs a non-empty prompt and max_new_tokens >= 1")
         if total > self.model.max_positions:
-            raise ValueError(f"request {req.id}: {total} tokens exceed the model's {self.model.max_positions} positions")
+            raise ValueError(
+                f"request {req.id}: {total} tokens exceed the model's {self.model.max_positions} positions"
+            )
         if self.alloc.blocks_for(total) > self.alloc.num_blocks:
-            raise RequestTooLarge(f"request {req.id} needs {self.alloc.blocks_for(total)} KV blocks at its longest; "
-                                  f"the pool has {self.alloc.num_blocks}")
+            raise RequestTooLarge(
+                f"request {req.id} needs {self.alloc.blocks_for(total)} KV blocks at its longest; "
+                f"the pool has {self.alloc.num_blocks}"
+            )
         self.waiting.append(req)
 
     @property
@@ -109,14 +121,14 @@ class Scheduler:
         admitted = 0
         while self.waiting and (self.max_running is None or len(self.running) < self.max_running):
             req = self.waiting[0]
-            tokens = req.prompt + req.output          # after a preemption, what it had generated is recomputed
+            tokens = req.prompt + req.output  # after a preemption, what it had generated is recomputed
             if not self.alloc.can_allocate(len(tokens)):
                 break
             self.waiting.popleft()
             self.alloc.allocate(req.id, len(tokens))
             with torch.inference_mode():
-                ids = torch.tensor([tokens], device=self.cache.k.device)                  # (1, T)
-                logits = self.model(ids, self.cache.view([req.id], len(tokens)))[:, -1]   # (1, vocab)
+                ids = torch.tensor([tokens], device=self.cache.k.device)  # (1, T)
+                logits = self.model(ids, self.cache.view([req.id], len(tokens)))[:, -1]  # (1, vocab)
             self._emit(req, req.sample(logits))
             req.state = RUNNING
             self.running.append(req)
@@ -151,12 +163,12 @@ class Scheduler:
         if not batch:
             return 0
         with torch.inference_mode():
-            last = torch.tensor([[r.output[-1]] for r in batch], device=self.cache.k.device)    # (B, 1)
-            logits = self.model(last, self.cache.view([r.id for r in batch], 1))[:, -1]       # (B, vocab)
+            last = torch.tensor([[r.output[-1]] for r in batch], device=self.cache.k.device)  # (B, 1)
+            logits = self.model(last, self.cache.view([r.id for r in batch], 1))[:, -1]  # (B, vocab)
         if all(r.temperature == 0 for r in batch):
-            tokens = next_token(logits)[:, 0].tolist()                  # greedy: one argmax for the batch
+            tokens = next_token(logits)[:, 0].tolist()  # greedy: one argmax for the batch
         else:
-            tokens = [r.sample(logits[i:i + 1]) for i, r in enumerate(batch)]
+            tokens = [r.sample(logits[i : i + 1]) for i, r in enumerate(batch)]
         for r, tok in zip(batch, tokens):
             self._emit(r, int(tok))
         return len(batch)
@@ -178,7 +190,7 @@ class Scheduler:
 
     def step(self) -> StepReport:
         admitted = self._admit()
-        finished = self._retire()        # a request of one new token is done after its prefill
+        finished = self._retire()  # a request of one new token is done after its prefill
         preempted = self._reserve_decode_slots()
         decoded = self._decode()
         finished += self._retire()

@@ -7,6 +7,7 @@ engine takes one step (or one whole padded batch), and the clock is read again. 
 per second over the whole run, time to first token (TTFT) and end-to-end latency, each from the request's
 arrival, and time per output token after the first (TPOT).
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,9 +21,14 @@ from ailab.generation.paged import PagedKVCache
 from ailab.generation.scheduler import Request, Scheduler
 
 
-def arrival_trace(n: int = 24, rate_rps: float = 4.0, prompt_bytes: tuple[int, int] = (8, 96),
-                  output_tokens: tuple[int, int] = (4, 96), seed: int = 0, text: torch.Tensor | None = None
-                  ) -> list[Request]:
+def arrival_trace(
+    n: int = 24,
+    rate_rps: float = 4.0,
+    prompt_bytes: tuple[int, int] = (8, 96),
+    output_tokens: tuple[int, int] = (4, 96),
+    seed: int = 0,
+    text: torch.Tensor | None = None,
+) -> list[Request]:
     """`n` requests: prompts cut from `text` (default: the test snippets; lengths uniform in prompt_bytes),
     outputs of log-uniform length in output_tokens (many short, a few long), Poisson arrivals at `rate_rps`."""
     rng = np.random.default_rng(seed)
@@ -36,7 +42,7 @@ def arrival_trace(n: int = 24, rate_rps: float = 4.0, prompt_bytes: tuple[int, i
         length = int(rng.integers(prompt_bytes[0], prompt_bytes[1] + 1))
         start = int(rng.integers(0, len(text) - length))
         new = int(round(np.exp(rng.uniform(np.log(output_tokens[0]), np.log(output_tokens[1])))))
-        out.append(Request(i, text[start:start + length].tolist(), new, float(arrivals[i])))
+        out.append(Request(i, text[start : start + length].tolist(), new, float(arrivals[i])))
     return out
 
 
@@ -44,20 +50,37 @@ def _summary(name: str, reqs: Sequence[Request], makespan_s: float, tpot_ms: Seq
     ttft = np.array([(r.first_token_s - r.arrival_s) * 1e3 for r in reqs])
     latency = np.array([(r.finished_s - r.arrival_s) * 1e3 for r in reqs])
     # time per output token after the first (TPOT); a request of one token has none
-    tpot = np.array(tpot_ms if tpot_ms is not None else
-                    [(r.finished_s - r.first_token_s) * 1e3 / (len(r.output) - 1) for r in reqs if len(r.output) > 1])
+    tpot = np.array(
+        tpot_ms
+        if tpot_ms is not None
+        else [(r.finished_s - r.first_token_s) * 1e3 / (len(r.output) - 1) for r in reqs if len(r.output) > 1]
+    )
     tokens = sum(len(r.output) for r in reqs)
-    return {"engine": name, "requests": len(reqs), "output_tokens": tokens, "seconds": makespan_s,
-            "tokens_per_s": tokens / makespan_s,
-            "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p99_ms": float(np.percentile(ttft, 99)),
-            "latency_p50_ms": float(np.percentile(latency, 50)), "latency_p99_ms": float(np.percentile(latency, 99)),
-            "tpot_p50_ms": float(np.percentile(tpot, 50)) if tpot.size else None,
-            "tpot_p99_ms": float(np.percentile(tpot, 99)) if tpot.size else None,
-            "preemptions": sum(r.preemptions for r in reqs)}
+    return {
+        "engine": name,
+        "requests": len(reqs),
+        "output_tokens": tokens,
+        "seconds": makespan_s,
+        "tokens_per_s": tokens / makespan_s,
+        "ttft_p50_ms": float(np.percentile(ttft, 50)),
+        "ttft_p99_ms": float(np.percentile(ttft, 99)),
+        "latency_p50_ms": float(np.percentile(latency, 50)),
+        "latency_p99_ms": float(np.percentile(latency, 99)),
+        "tpot_p50_ms": float(np.percentile(tpot, 50)) if tpot.size else None,
+        "tpot_p99_ms": float(np.percentile(tpot, 99)) if tpot.size else None,
+        "preemptions": sum(r.preemptions for r in reqs),
+    }
 
 
-def run_scheduler(model, trace: Sequence[Request], policy: str = "continuous", num_blocks: int = 256,
-                  block_size: int = 16, max_running: int = 8, timeline: bool = False) -> dict:
+def run_scheduler(
+    model,
+    trace: Sequence[Request],
+    policy: str = "continuous",
+    num_blocks: int = 256,
+    block_size: int = 16,
+    max_running: int = 8,
+    timeline: bool = False,
+) -> dict:
     """Serve `trace` in real time with the Scheduler; times are taken relative to the run's start.
     With `timeline`, the row also holds (seconds, blocks in use, running, waiting) after every step."""
     reqs = [copy.deepcopy(r) for r in trace]
@@ -67,7 +90,7 @@ def run_scheduler(model, trace: Sequence[Request], policy: str = "continuous", n
     sched = Scheduler(model, cache, max_running, policy, clock)
     pending = sorted(reqs, key=lambda r: r.arrival_s)
     steps: list[tuple[float, int, int, int]] = []
-    saturated = None      # (seconds, tokens) when the last request was let in: until then, demand exceeded seats
+    saturated = None  # (seconds, tokens) when the last request was let in: until then, demand exceeded seats
     while pending or not sched.idle:
         now = clock()
         while pending and pending[0].arrival_s <= now:
@@ -79,8 +102,9 @@ def run_scheduler(model, trace: Sequence[Request], policy: str = "continuous", n
         if saturated is None and not pending and not sched.waiting:
             saturated = (clock(), sum(len(r.output) for r in reqs))
         if timeline:
-            steps.append((clock(), num_blocks - len(cache.allocator.free_blocks), len(sched.running),
-                          len(sched.waiting)))
+            steps.append(
+                (clock(), num_blocks - len(cache.allocator.free_blocks), len(sched.running), len(sched.waiting))
+            )
     row = _summary(policy, reqs, clock())
     # While requests wait, the engine serves all it can: tokens/s over that window is its capacity, without the
     # drain at the end, where the last long answers run alone under either policy.
@@ -108,18 +132,24 @@ def run_hf_padded(hf_model, trace: Sequence[Request], batch_size: int = 8, pad_i
         ids = torch.tensor([[pad_id] * (width - len(r.prompt)) + r.prompt for r in batch], device=hf_model.device)
         mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in batch], device=ids.device)
         # ids and mask: (B, width), on the model's device
-        out = hf_model.generate(ids, attention_mask=mask, max_new_tokens=max(r.max_new_tokens for r in batch),
-                                do_sample=False, pad_token_id=pad_id)[:, width:]
+        out = hf_model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max(r.max_new_tokens for r in batch),
+            do_sample=False,
+            pad_token_id=pad_id,
+        )[:, width:]
         done = time.perf_counter() - t0
         steps = max(r.max_new_tokens for r in batch)
         for r, row in zip(batch, out.tolist()):
-            r.output, r.first_token_s, r.finished_s = row[:r.max_new_tokens], done, done
-            tpot.append((done - now) * 1e3 / steps)      # the batch's time per decoding step
+            r.output, r.first_token_s, r.finished_s = row[: r.max_new_tokens], done, done
+            tpot.append((done - now) * 1e3 / steps)  # the batch's time per decoding step
     return _summary("hf_generate_padded", reqs, time.perf_counter() - t0, tpot)
 
 
-def compare_batching(model, trace: Sequence[Request], rounds: int = 2, max_running: int = 8,
-                     num_blocks: int = 256, block_size: int = 16) -> list[dict]:
+def compare_batching(
+    model, trace: Sequence[Request], rounds: int = 2, max_running: int = 8, num_blocks: int = 256, block_size: int = 16
+) -> list[dict]:
     """The three engines on the same trace, interleaved (`rounds` times each, in turn): one row per run."""
     rows = []
     for i in range(rounds):
@@ -135,7 +165,7 @@ def flat_out_gain(rows: Sequence[dict], key: str = "saturated_tokens_per_s") -> 
     spoils a round, not a side)."""
     by_round: dict[int, dict] = {}
     for r in rows:
-        by_round.setdefault(r["round"], {})[r["engine"]] = r.get(key)   # HF generate rows have no saturated figure
+        by_round.setdefault(r["round"], {})[r["engine"]] = r.get(key)  # HF generate rows have no saturated figure
     return float(np.median([e["continuous"] / e["static"] for e in by_round.values()]))
 
 
@@ -144,12 +174,13 @@ def static_occupancy(trace: Sequence[Request], max_running: int = 8) -> float:
     (in arrival order) holds all its seats until its longest member ends. If a decode step cost the same at any
     batch size (nearly so on a GPU), continuous batching, whose seats stay full, would serve 1 / this as much."""
     wants = [r.max_new_tokens for r in sorted(trace, key=lambda r: r.arrival_s)]
-    batches = [wants[i:i + max_running] for i in range(0, len(wants), max_running)]
+    batches = [wants[i : i + max_running] for i in range(0, len(wants), max_running)]
     return sum(wants) / sum(len(b) * max(b) for b in batches)
 
 
-def step_cost_by_batch(model, batches: Sequence[int] = (1, 2, 4, 8, 16), context: int = 64, steps: int = 10,
-                       rounds: int = 3) -> list[dict]:
+def step_cost_by_batch(
+    model, batches: Sequence[int] = (1, 2, 4, 8, 16), context: int = 64, steps: int = 10, rounds: int = 3
+) -> list[dict]:
     """The time of one decode step of the Scheduler with `b` sequences of `context` tokens running, for each b
     (median of `rounds`, the batch sizes taken in turn each round). Where it grows with b, a half-empty static
     batch costs less per step and continuous batching gains less than the seats' occupancy says."""
@@ -159,18 +190,27 @@ def step_cost_by_batch(model, batches: Sequence[int] = (1, 2, 4, 8, 16), context
             sched = Scheduler(model, PagedKVCache.for_model(model, b * (context // 16 + 4) + 4, 16), max_running=b)
             for i in range(b):
                 sched.submit(Request(i, [i % 256] * context, steps + 4))
-            sched.step()                 # admits and prefills every sequence
-            sched.step()                 # warm-up
+            sched.step()  # admits and prefills every sequence
+            sched.step()  # warm-up
             t0 = time.perf_counter()
             for _ in range(steps):
                 sched.step()
             samples[b].append((time.perf_counter() - t0) * 1e3 / steps)
-    return [{"batch": b, "step_ms": float(np.median(v)), "ms_per_token": float(np.median(v)) / b}
-            for b, v in samples.items()]
+    return [
+        {"batch": b, "step_ms": float(np.median(v)), "ms_per_token": float(np.median(v)) / b}
+        for b, v in samples.items()
+    ]
 
 
-def scheduler_view(model, rate_rps: float, max_running: int, seconds: float = 3.0, num_blocks: int = 128,
-                   block_size: int = 16, seed: int = 0) -> dict:
+def scheduler_view(
+    model,
+    rate_rps: float,
+    max_running: int,
+    seconds: float = 3.0,
+    num_blocks: int = 128,
+    block_size: int = 16,
+    seed: int = 0,
+) -> dict:
     """What the scheduling widget draws: `seconds` of Poisson arrivals at `rate_rps`, served by the continuous
     Scheduler with `max_running` seats, run for real here; KV blocks in use and sequences running and waiting
     after every step, titled with tokens/s and TTFT p50/p99. Returns viz.line_chart kwargs."""
@@ -180,11 +220,21 @@ def scheduler_view(model, rate_rps: float, max_running: int, seconds: float = 3.
     if int(max_running) != max_running:
         raise ValueError(f"max_running must be a whole number of sequences, got {max_running!r}")
     n = max(1, int(round(rate_rps * seconds)))
-    row = run_scheduler(model, arrival_trace(n=n, rate_rps=float(rate_rps), seed=seed), "continuous", num_blocks,
-                        block_size, int(max_running), timeline=True)
+    row = run_scheduler(
+        model,
+        arrival_trace(n=n, rate_rps=float(rate_rps), seed=seed),
+        "continuous",
+        num_blocks,
+        block_size,
+        int(max_running),
+        timeline=True,
+    )
     t, used, running, waiting = zip(*row["timeline"])
-    return {"x": list(t), "series": {"KV blocks in use": list(used), "running": list(running),
-                                     "waiting": list(waiting)},
-            "title": f"{n} requests at {rate_rps:g}/s, {int(max_running)} seats: {row['tokens_per_s']:.0f} tokens/s, "
-                     f"TTFT p50 {row['ttft_p50_ms']:.0f} ms, p99 {row['ttft_p99_ms']:.0f} ms",
-            "x_title": "seconds", "y_title": f"count (of {num_blocks} blocks)"}
+    return {
+        "x": list(t),
+        "series": {"KV blocks in use": list(used), "running": list(running), "waiting": list(waiting)},
+        "title": f"{n} requests at {rate_rps:g}/s, {int(max_running)} seats: {row['tokens_per_s']:.0f} tokens/s, "
+        f"TTFT p50 {row['ttft_p50_ms']:.0f} ms, p99 {row['ttft_p99_ms']:.0f} ms",
+        "x_title": "seconds",
+        "y_title": f"count (of {num_blocks} blocks)",
+    }

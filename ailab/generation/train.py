@@ -4,6 +4,7 @@ course's data (ailab.data.sentiment), so that generated text reads like text and
 The bar it must clear is the unigram baseline: the loss of predicting every byte from the byte frequencies
 of the training text alone. A model that has learnt nothing about context cannot beat it.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,8 @@ def unigram_loss(train: torch.Tensor, held_out: torch.Tensor, vocab: int = 256) 
 def batches(data: torch.Tensor, batch: int, block: int, generator: torch.Generator):
     """Random windows: inputs (batch, block) and the next bytes as targets (batch, block)."""
     starts = torch.randint(0, len(data) - block - 1, (batch,), generator=generator)
-    x = torch.stack([data[s:s + block] for s in starts.tolist()])
-    y = torch.stack([data[s + 1:s + block + 1] for s in starts.tolist()])
+    x = torch.stack([data[s : s + block] for s in starts.tolist()])
+    y = torch.stack([data[s + 1 : s + block + 1] for s in starts.tolist()])
     return x, y
 
 
@@ -47,28 +48,35 @@ def held_out_loss(hf_model, data: torch.Tensor, block: int = 128, windows: int =
     """Mean next-byte cross-entropy (nats) over `windows` evenly spaced windows of `data`."""
     hf_model.eval()
     starts = torch.linspace(0, len(data) - block - 2, windows).long().tolist()
-    x = torch.stack([data[s:s + block] for s in starts])
-    y = torch.stack([data[s + 1:s + block + 1] for s in starts])
-    logits = hf_model(x).logits                                          # (windows, block, 256)
+    x = torch.stack([data[s : s + block] for s in starts])
+    y = torch.stack([data[s + 1 : s + block + 1] for s in starts])
+    logits = hf_model(x).logits  # (windows, block, 256)
     return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)))
 
 
 @dataclass
 class TrainedLM:
-    model: object                      # a GPT2LMHeadModel (run it with ailab.generation.Decoder)
+    model: object  # a GPT2LMHeadModel (run it with ailab.generation.Decoder)
     steps: int
     seconds: float
-    val_loss: float                    # nats per byte on the test split
+    val_loss: float  # nats per byte on the test split
     unigram_val_loss: float
-    losses: list[float] = field(default_factory=list)   # training loss per step
+    losses: list[float] = field(default_factory=list)  # training loss per step
 
     @property
     def bits_per_byte(self) -> float:
         return self.val_loss / math.log(2)
 
 
-def train_lm(size: str = "1m", steps: int = 400, batch: int = 32, block: int = 128, lr: float = 3e-3,
-             seed: int = 0, max_seconds: float | None = 90.0) -> TrainedLM:
+def train_lm(
+    size: str = "1m",
+    steps: int = 400,
+    batch: int = 32,
+    block: int = 128,
+    lr: float = 3e-3,
+    seed: int = 0,
+    max_seconds: float | None = 90.0,
+) -> TrainedLM:
     """Train ailab.models.tiny_gpt(size) on the training snippets with AdamW and a cosine schedule, for
     `steps` steps or `max_seconds`, whichever comes first; the loss is measured on the test snippets."""
     from ailab.models import tiny_gpt
@@ -84,10 +92,10 @@ def train_lm(size: str = "1m", steps: int = 400, batch: int = 32, block: int = 1
     losses, t0 = [], time.perf_counter()
     model.train()
     for step in range(steps):
-        for g in opt.param_groups:   # warm up for 20 steps, then cosine decay to a tenth
+        for g in opt.param_groups:  # warm up for 20 steps, then cosine decay to a tenth
             g["lr"] = lr * min(1.0, (step + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         x, y = batches(train, batch, block, gen)
-        logits = model(x).logits                                          # (batch, block, 256)
+        logits = model(x).logits  # (batch, block, 256)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -98,8 +106,7 @@ def train_lm(size: str = "1m", steps: int = 400, batch: int = 32, block: int = 1
             break
     seconds = time.perf_counter() - t0
     model.eval()
-    return TrainedLM(model, len(losses), seconds, held_out_loss(model, test, block), unigram_loss(train, test),
-                     losses)
+    return TrainedLM(model, len(losses), seconds, held_out_loss(model, test, block), unigram_loss(train, test), losses)
 
 
 def save_lm(trained: TrainedLM, path: str | Path) -> str:

@@ -8,6 +8,7 @@ A deeper second hint sits in the lab's markdown, next to the task, in a collapse
 is not implemented yet and points to both hints; it does not repeat them (the learner sees the
 message once per failed check). The notebook's metadata `ailab.lab` names its check module.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,7 +33,8 @@ def lab_name(nb, path: str | Path = "notebook") -> str:
     if not name:
         raise LabFormatError(
             f"{path} is not an ailab lab: its notebook metadata has no 'ailab': {{'lab': ...}} entry. "
-            "Lab notebooks live in labs/ (answers in solutions/); see book.yml for the list.")
+            "Lab notebooks live in labs/ (answers in solutions/); see book.yml for the list."
+        )
     return name
 
 
@@ -53,8 +55,9 @@ def _enclosing_name(lines: list[str], indent: str) -> str | None:
 def stub_message(name: str | None) -> str:
     """What the stub raises: not implemented yet, and where the hints are (never the hints themselves)."""
     what = f"{name}() is" if name else "this answer is"
-    return (f"{what} not implemented yet: write your answer here "
-            "(see the HINT above and the 'Second hint' below the task)")
+    return (
+        f"{what} not implemented yet: write your answer here (see the HINT above and the 'Second hint' below the task)"
+    )
 
 
 def stub_source(source: str, where: str) -> tuple[str, int]:
@@ -108,8 +111,9 @@ def render(nb) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def build_all(solutions_root: Path = Path("solutions"), labs_root: Path = Path("labs"),
-              check_only: bool = False) -> list[str]:
+def build_all(
+    solutions_root: Path = Path("solutions"), labs_root: Path = Path("labs"), check_only: bool = False
+) -> list[str]:
     """Write labs/ from solutions/. With check_only, write nothing and return the stale paths."""
     solutions_root, labs_root = Path(solutions_root), Path(labs_root)
     if not solutions_root.is_dir():

@@ -10,6 +10,7 @@ a thread with a time limit (so a version that waits forever fails with words ins
 notebook); `shared`, one expensive object per process (a model, a server) built on first use, with
 `tiny_decoder`, the generation checks' model; and `torch_threads`, to run such a tiny model on one thread.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -92,7 +93,7 @@ def refused(fn: Callable, *args, error: type | tuple = ValueError, what: str, sh
     learner should raise instead ("raise ValueError naming both lengths")."""
     try:
         out = fn(*args, **kwargs)
-    except (NotImplementedError, LabCheckFailed):   # the stub, or a check inside: never a refusal
+    except (NotImplementedError, LabCheckFailed):  # the stub, or a check inside: never a refusal
         raise
     except error as e:
         return e
@@ -101,8 +102,14 @@ def refused(fn: Callable, *args, error: type | tuple = ValueError, what: str, sh
     raise LabCheckFailed(f"{what}: {should}; it returned {out!r}")
 
 
-def within_time(fn: Callable[[], Any], limit_s: float, too_slow: str, *, unstick: Callable[[], None] | None = None,
-                name: str = "ailab-lab-learner") -> Any:
+def within_time(
+    fn: Callable[[], Any],
+    limit_s: float,
+    too_slow: str,
+    *,
+    unstick: Callable[[], None] | None = None,
+    name: str = "ailab-lab-learner",
+) -> Any:
     """Run `fn()` (the learner's code) in a daemon thread and return what it returns, or raise what it raised.
 
     When it has not returned after `limit_s`, call `unstick()` (to let a waiting thread end, if it can), and

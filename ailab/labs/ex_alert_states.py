@@ -16,6 +16,7 @@ The checks are derived from what the function must guarantee:
     firing is not latched; NaN (no data) never holds and resets too, while +inf is data and holds (-inf does not);
   - on random series (spacing, NaNs, thresholds, for_s) the states equal ailab.monitoring.evaluate's.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,7 @@ def reference(series, threshold, for_s):
 def _run(alert_states, series, threshold, for_s, what):
     out = alert_states(list(series), threshold, for_s)
     expect(isinstance(out, list), f"{what}: alert_states should return a list of str; got {type(out).__name__}")
-    expect(len(out) == len(series), f"{what}: {len(series)} samples should give {len(series)} states; got "
-                                    f"{len(out)}")
+    expect(len(out) == len(series), f"{what}: {len(series)} samples should give {len(series)} states; got {len(out)}")
     bad = [s for s in out if not isinstance(s, str) or s not in STATES]
     expect(not bad, f"{what}: every state is one of {list(STATES)}; got {(bad or [None])[0]!r}")
     return out
@@ -50,10 +50,13 @@ def _same(alert_states, series, threshold, for_s, what, why=""):
     if got != want:
         i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
         lo = max(0, i - 3)
-        shown = ", ".join(f"({ts:.12g}, {v:.6g})" for ts, v in series[lo:i + 1])
-        expect(False, f"{what} (threshold={threshold:g}, for_s={for_s:g}): sample {i} (t={series[i][0]:.12g}, "
-                      f"value={series[i][1]:g}) should be {want[i]!r}, got {got[i]!r}. Samples {lo}..{i}: {shown}. "
-                      f"Expected states {want}, got {got}" + (f" - {why}" if why else ""))
+        shown = ", ".join(f"({ts:.12g}, {v:.6g})" for ts, v in series[lo : i + 1])
+        expect(
+            False,
+            f"{what} (threshold={threshold:g}, for_s={for_s:g}): sample {i} (t={series[i][0]:.12g}, "
+            f"value={series[i][1]:g}) should be {want[i]!r}, got {got[i]!r}. Samples {lo}..{i}: {shown}. "
+            f"Expected states {want}, got {got}" + (f" - {why}" if why else ""),
+        )
     return got
 
 
@@ -61,62 +64,170 @@ def _same(alert_states, series, threshold, for_s, what, why=""):
 def check_pending_then_firing(alert_states):
     expect(_run(alert_states, [], 200.0, 5.0, "an empty series") == [], "an empty series gives no states: []")
     series = [(0.0, 120.0), (1.0, 250.0), (2.0, 260.0), (3.0, 240.0), (4.0, 300.0), (5.0, 310.0)]
-    _same(alert_states, series, 200.0, 3.0, "p99 above 200 from t=1 s on",
-          "pending while the condition has held for less than for_s, firing from t=4 (held 3 s since t=1)")
-    _same(alert_states, [(0.0, 250.0)], 200.0, 5.0, "a single sample above the threshold",
-          "the condition holds but has not held for 5 s yet")
+    _same(
+        alert_states,
+        series,
+        200.0,
+        3.0,
+        "p99 above 200 from t=1 s on",
+        "pending while the condition has held for less than for_s, firing from t=4 (held 3 s since t=1)",
+    )
+    _same(
+        alert_states,
+        [(0.0, 250.0)],
+        200.0,
+        5.0,
+        "a single sample above the threshold",
+        "the condition holds but has not held for 5 s yet",
+    )
     _same(alert_states, [(0.0, 150.0)], 200.0, 0.0, "a single sample below the threshold")
-    _same(alert_states, series, 200.0, 60.0, "a rule whose for_s is longer than the whole series",
-          "it never held for 60 s, so it never fires")
+    _same(
+        alert_states,
+        series,
+        200.0,
+        60.0,
+        "a rule whose for_s is longer than the whole series",
+        "it never held for 60 s, so it never fires",
+    )
 
 
 @check(LAB, "boundaries: value == threshold, held exactly for_s, for_s = 0")
 def check_boundaries(alert_states):
-    _same(alert_states, [(0.0, 200.0), (1.0, 200.0), (2.0, 200.0), (3.0, 200.0)], 200.0, 1.0,
-          "a value exactly at the threshold", "the rule is `p99_ms > 200`: 200 itself does not hold")
-    _same(alert_states, [(0.0, 201.0), (2.5, 201.0), (5.0, 201.0)], 200.0, 5.0,
-          "held for exactly for_s = 5 s at t=5", "an alert fires once the condition has held for AT LEAST for_s")
-    _same(alert_states, [(0.0, 50.0), (1.0, 201.0), (2.0, 202.0), (3.0, 90.0)], 200.0, 0.0,
-          "for_s = 0 (a rule without `for:`)", "with for_s = 0 the first sample that holds already fires")
-    _same(alert_states, [(10.0, 0.02), (11.0, 0.01), (12.0, 0.011), (13.0, 0.03), (14.0, 0.05)], 0.01, 2.0,
-          "an error rate against threshold 0.01", "use the threshold argument; 0.01 itself does not hold")
-    _same(alert_states, [(0.0, -3.0), (1.0, -1.0), (2.0, -0.5), (3.0, -2.0)], -2.0, 1.0,
-          "a negative threshold (-2)", "every value above -2 holds, including -1 and -0.5")
+    _same(
+        alert_states,
+        [(0.0, 200.0), (1.0, 200.0), (2.0, 200.0), (3.0, 200.0)],
+        200.0,
+        1.0,
+        "a value exactly at the threshold",
+        "the rule is `p99_ms > 200`: 200 itself does not hold",
+    )
+    _same(
+        alert_states,
+        [(0.0, 201.0), (2.5, 201.0), (5.0, 201.0)],
+        200.0,
+        5.0,
+        "held for exactly for_s = 5 s at t=5",
+        "an alert fires once the condition has held for AT LEAST for_s",
+    )
+    _same(
+        alert_states,
+        [(0.0, 50.0), (1.0, 201.0), (2.0, 202.0), (3.0, 90.0)],
+        200.0,
+        0.0,
+        "for_s = 0 (a rule without `for:`)",
+        "with for_s = 0 the first sample that holds already fires",
+    )
+    _same(
+        alert_states,
+        [(10.0, 0.02), (11.0, 0.01), (12.0, 0.011), (13.0, 0.03), (14.0, 0.05)],
+        0.01,
+        2.0,
+        "an error rate against threshold 0.01",
+        "use the threshold argument; 0.01 itself does not hold",
+    )
+    _same(
+        alert_states,
+        [(0.0, -3.0), (1.0, -1.0), (2.0, -0.5), (3.0, -2.0)],
+        -2.0,
+        1.0,
+        "a negative threshold (-2)",
+        "every value above -2 holds, including -1 and -0.5",
+    )
 
 
 @check(LAB, "one sample that does not hold resets; NaN never holds")
 def check_reset_and_nan(alert_states):
-    series = [(0.0, 250.0), (1.0, 250.0), (2.0, 250.0), (3.0, 150.0), (4.0, 250.0), (5.0, 250.0), (6.0, 250.0),
-              (7.0, 250.0)]
-    _same(alert_states, series, 200.0, 2.0, "one sample below the threshold at t=3",
-          "one sample that does not hold resets the alert; the clock starts again at the next sample that holds "
-          "(t=4), so it fires again only at t=6")
+    series = [
+        (0.0, 250.0),
+        (1.0, 250.0),
+        (2.0, 250.0),
+        (3.0, 150.0),
+        (4.0, 250.0),
+        (5.0, 250.0),
+        (6.0, 250.0),
+        (7.0, 250.0),
+    ]
+    _same(
+        alert_states,
+        series,
+        200.0,
+        2.0,
+        "one sample below the threshold at t=3",
+        "one sample that does not hold resets the alert; the clock starts again at the next sample that holds "
+        "(t=4), so it fires again only at t=6",
+    )
     series = [(0.0, 300.0), (1.0, 300.0), (2.0, 300.0), (3.0, 100.0), (4.0, 100.0)]
-    _same(alert_states, series, 200.0, 1.0, "a firing alert whose metric recovers at t=3",
-          "firing is not forever: when the condition stops holding the alert is inactive again")
+    _same(
+        alert_states,
+        series,
+        200.0,
+        1.0,
+        "a firing alert whose metric recovers at t=3",
+        "firing is not forever: when the condition stops holding the alert is inactive again",
+    )
     nan = float("nan")
     series = [(0.0, 250.0), (1.0, 250.0), (2.0, nan), (3.0, 250.0), (4.0, 250.0), (5.0, 250.0)]
-    _same(alert_states, series, 200.0, 2.0, "a NaN sample (no data) at t=2",
-          "NaN means no data: it never holds, so it resets like a sample below the threshold")
-    _same(alert_states, [(0.0, nan), (1.0, nan), (2.0, nan)], 200.0, 0.0, "a series of NaN only, for_s = 0",
-          "no data never fires, not even with for_s = 0")
+    _same(
+        alert_states,
+        series,
+        200.0,
+        2.0,
+        "a NaN sample (no data) at t=2",
+        "NaN means no data: it never holds, so it resets like a sample below the threshold",
+    )
+    _same(
+        alert_states,
+        [(0.0, nan), (1.0, nan), (2.0, nan)],
+        200.0,
+        0.0,
+        "a series of NaN only, for_s = 0",
+        "no data never fires, not even with for_s = 0",
+    )
     inf = float("inf")
     series = [(0.0, 250.0), (1.0, inf), (2.0, inf), (3.0, -inf), (4.0, 250.0)]
-    _same(alert_states, series, 200.0, 2.0, "a latency of +inf at t=1 and t=2 (a request that never came back), -inf "
-                                             "at t=3",
-          "+inf is data, and above any threshold: it holds (only NaN is 'no data'); -inf never holds")
+    _same(
+        alert_states,
+        series,
+        200.0,
+        2.0,
+        "a latency of +inf at t=1 and t=2 (a request that never came back), -inf at t=3",
+        "+inf is data, and above any threshold: it holds (only NaN is 'no data'); -inf never holds",
+    )
 
 
 @check(LAB, "time comes from the timestamps: uneven spacing and an epoch clock")
 def check_uneven_spacing(alert_states):
     series = [(0.0, 250.0), (0.5, 250.0), (0.7, 250.0), (1.0, 250.0), (3.2, 250.0), (9.0, 250.0)]
-    _same(alert_states, series, 200.0, 3.0, "samples 0.5 s, 0.2 s, 0.3 s, 2.2 s and 5.8 s apart",
-          "measure how long the condition has held from the timestamps, not by counting samples")
+    _same(
+        alert_states,
+        series,
+        200.0,
+        3.0,
+        "samples 0.5 s, 0.2 s, 0.3 s, 2.2 s and 5.8 s apart",
+        "measure how long the condition has held from the timestamps, not by counting samples",
+    )
     t0 = 1.7e9
-    series = [(t0 + dt, v) for dt, v in [(0, 100.0), (15, 230.0), (30, 240.0), (45, 235.0), (60, 250.0),
-                                         (75, 260.0), (90, 150.0), (105, 300.0)]]
-    _same(alert_states, series, 200.0, 45.0, "timestamps near 1.7e9 (Unix time), 15 s apart, for_s = 45",
-          "the alert started holding at t0+15 and fires once 45 s have passed since then")
+    series = [
+        (t0 + dt, v)
+        for dt, v in [
+            (0, 100.0),
+            (15, 230.0),
+            (30, 240.0),
+            (45, 235.0),
+            (60, 250.0),
+            (75, 260.0),
+            (90, 150.0),
+            (105, 300.0),
+        ]
+    ]
+    _same(
+        alert_states,
+        series,
+        200.0,
+        45.0,
+        "timestamps near 1.7e9 (Unix time), 15 s apart, for_s = 45",
+        "the alert started holding at t0+15 and fires once 45 s have passed since then",
+    )
     series = [(float(t), 500.0) for t in range(0, 40, 4)]
     _same(alert_states, series, 200.0, 10.0, "samples every 4 s, for_s = 10", "use the for_s argument")
     _same(alert_states, series, 200.0, 30.0, "samples every 4 s, for_s = 30", "use the for_s argument")
@@ -134,7 +245,12 @@ def check_random_series(alert_states):
         for _ in range(n):
             ts += rng.choice([0.25, 0.5, 1.0, 1.0, 2.0, rng.uniform(0.01, 4.0)])
             r = rng.random()
-            v = (math.nan if r < 0.08 else threshold if r < 0.15
-                 else threshold + scale * rng.uniform(0.01, 1.0) * (1 if rng.random() < 0.65 else -1))
+            v = (
+                math.nan
+                if r < 0.08
+                else threshold
+                if r < 0.15
+                else threshold + scale * rng.uniform(0.01, 1.0) * (1 if rng.random() < 0.65 else -1)
+            )
             series.append((ts, v))
         _same(alert_states, series, threshold, for_s, f"random series #{case}")

@@ -20,6 +20,7 @@ The checks are derived from what each function must guarantee:
       batch are not counted; a single batch; no batches gives 0.0; a share in [0, 1), not a percentage.
   Together: on alternating short and long texts, buckets cut the padding share to under half.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,16 +56,21 @@ def _batches(bucket_batches, lengths, width, max_batch, what):
     given = list(lengths)
     out = _call(bucket_batches, (lengths, width, max_batch), what)
     expect(list(lengths) == given, f"{what}: bucket_batches changed the lengths it was given; leave them as they are")
-    expect(isinstance(out, list) and all(isinstance(b, list) for b in out),
-           f"{what}: bucket_batches should return a list of lists of indices; got {out!r}")
-    expect(all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for b in out for i in b),
-           f"{what}: each batch should hold request indices (ints); got {out!r}")
+    expect(
+        isinstance(out, list) and all(isinstance(b, list) for b in out),
+        f"{what}: bucket_batches should return a list of lists of indices; got {out!r}",
+    )
+    expect(
+        all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for b in out for i in b),
+        f"{what}: each batch should hold request indices (ints); got {out!r}",
+    )
     expect(all(b for b in out), f"{what}: an empty batch is not a batch; got {out!r}")
     out = [[int(i) for i in b] for b in out]
     flat = sorted(i for b in out for i in b)
-    expect(flat == list(range(len(given))),
-           f"{what}: every request index 0..{len(given) - 1} must appear exactly once; the batches hold "
-           f"{flat}")
+    expect(
+        flat == list(range(len(given))),
+        f"{what}: every request index 0..{len(given) - 1} must appear exactly once; the batches hold {flat}",
+    )
     return out
 
 
@@ -87,17 +93,23 @@ def check_buckets(bucket_batches):
     lengths = [16, 17, 1, 30, 32, 33, 8]
     out = _batches(bucket_batches, lengths, 16, 8, f"lengths={lengths}, width=16, max_batch=8")
     buckets = [sorted({math.ceil(lengths[i] / 16) for i in b}) for b in out]
-    expect(all(len(b) == 1 for b in buckets),
-           f"lengths={lengths}, width=16: a batch mixes buckets; got {out} (the lengths "
-           f"{[[lengths[i] for i in b] for b in out]}); a batch takes only requests of its leader's bucket, and the "
-           "bucket is ceil(length / width): with width 16, lengths 1..16 share one, 17..32 the next")
-    expect(sorted(map(sorted, out)) == [[0, 2, 6], [1, 3, 4], [5]],
-           f"lengths={lengths}, width=16: lengths 1..16 share a bucket, 17..32 the next and 33 the one after "
-           f"(the bucket is ceil(length / width), so 16 goes with 1 and 17 does not); got {out}")
+    expect(
+        all(len(b) == 1 for b in buckets),
+        f"lengths={lengths}, width=16: a batch mixes buckets; got {out} (the lengths "
+        f"{[[lengths[i] for i in b] for b in out]}); a batch takes only requests of its leader's bucket, and the "
+        "bucket is ceil(length / width): with width 16, lengths 1..16 share one, 17..32 the next",
+    )
+    expect(
+        sorted(map(sorted, out)) == [[0, 2, 6], [1, 3, 4], [5]],
+        f"lengths={lengths}, width=16: lengths 1..16 share a bucket, 17..32 the next and 33 the one after "
+        f"(the bucket is ceil(length / width), so 16 goes with 1 and 17 does not); got {out}",
+    )
     lengths = [3, 3, 3, 3]
     out = _batches(bucket_batches, lengths, 16, 8, "four equal lengths, max_batch=8")
-    expect(out == [[0, 1, 2, 3]], f"lengths={lengths}, width=16, max_batch=8: one bucket and room for all: one "
-                                  f"batch [[0, 1, 2, 3]]; got {out}")
+    expect(
+        out == [[0, 1, 2, 3]],
+        f"lengths={lengths}, width=16, max_batch=8: one bucket and room for all: one batch [[0, 1, 2, 3]]; got {out}",
+    )
 
 
 @check(LAB, "bucket_batches: arrival order, leader first, at most max_batch")
@@ -107,45 +119,61 @@ def check_order_and_size(bucket_batches):
     expect(all(len(b) <= 3 for b in out), f"max_batch=3 but a batch holds more: {out}")
     expect(all(b == sorted(b) for b in out), f"inside a batch requests keep their arrival order (FIFO); got {out}")
     expected = [[0, 2, 5], [1, 3, 4], [6, 8], [7]]
-    expect(out == expected,
-           f"lengths={lengths}, width=16, max_batch=3: the oldest waiting request leads each batch and its bucket "
-           f"fills up to max_batch in arrival order, so the batches are {expected}; got {out}")
+    expect(
+        out == expected,
+        f"lengths={lengths}, width=16, max_batch=3: the oldest waiting request leads each batch and its bucket "
+        f"fills up to max_batch in arrival order, so the batches are {expected}; got {out}",
+    )
     lengths = [5, 40, 6, 41, 7]
-    for max_batch, expected in [(1, [[0], [1], [2], [3], [4]]), (2, [[0, 2], [1, 3], [4]]),
-                                (10, [[0, 2, 4], [1, 3]])]:
+    for max_batch, expected in [(1, [[0], [1], [2], [3], [4]]), (2, [[0, 2], [1, 3], [4]]), (10, [[0, 2, 4], [1, 3]])]:
         out = _batches(bucket_batches, lengths, 16, max_batch, f"lengths={lengths}, max_batch={max_batch}")
-        expect(out == expected, f"lengths={lengths}, width=16, max_batch={max_batch}: the batches should be "
-                                f"{expected}; got {out} - use the max_batch you are given")
+        expect(
+            out == expected,
+            f"lengths={lengths}, width=16, max_batch={max_batch}: the batches should be "
+            f"{expected}; got {out} - use the max_batch you are given",
+        )
 
 
 @check(LAB, "bucket_batches: uses width, and takes any sequence of lengths")
 def check_arguments_and_edges(bucket_batches):
     lengths = [4, 5, 6, 10, 11, 1]
-    for width, expected in [(5, [[0, 1, 5], [2, 3], [4]]), (1, [[0], [1], [2], [3], [4], [5]]),
-                            (1000, [[0, 1, 2, 3, 4, 5]])]:
+    for width, expected in [
+        (5, [[0, 1, 5], [2, 3], [4]]),
+        (1, [[0], [1], [2], [3], [4], [5]]),
+        (1000, [[0, 1, 2, 3, 4, 5]]),
+    ]:
         out = _batches(bucket_batches, lengths, width, 8, f"lengths={lengths}, width={width}")
-        expect(out == expected, f"lengths={lengths}, width={width}, max_batch=8: the batches should be {expected}; "
-                                f"got {out} - the bucket is ceil(length / width) with the width you are given")
+        expect(
+            out == expected,
+            f"lengths={lengths}, width={width}, max_batch=8: the batches should be {expected}; "
+            f"got {out} - the bucket is ceil(length / width) with the width you are given",
+        )
     expect(_batches(bucket_batches, [], 16, 4, "no requests") == [], "no requests give no batches: []")
     expect(_batches(bucket_batches, [37], 16, 4, "one request") == [[0]], "a single request is one batch: [[0]]")
     for kind, lengths in [("a tuple", (20, 3, 21, 4)), ("a numpy int64 array", np.array([20, 3, 21, 4]))]:
         out = _batches(bucket_batches, lengths, 16, 8, f"lengths as {kind}")
-        expect(out == [[0, 2], [1, 3]], f"lengths as {kind} {_show(lengths)}: the batches should be [[0, 2], [1, 3]]; "
-                                        f"got {out}")
+        expect(
+            out == [[0, 2], [1, 3]],
+            f"lengths as {kind} {_show(lengths)}: the batches should be [[0, 2], [1, 3]]; got {out}",
+        )
     rng = np.random.default_rng(9)
     for trial in range(40):
         lengths = [int(x) for x in rng.integers(1, 65, size=int(rng.integers(1, 40)))]
         width, max_batch = int(rng.integers(1, 24)), int(rng.integers(1, 9))
         out = _batches(bucket_batches, lengths, width, max_batch, f"random lengths={lengths}")
         expected = reference_batches(lengths, width, max_batch)
-        expect(out == expected, f"lengths={lengths}, width={width}, max_batch={max_batch}: the batches should be "
-                                f"{expected}; got {out}")
+        expect(
+            out == expected,
+            f"lengths={lengths}, width={width}, max_batch={max_batch}: the batches should be {expected}; got {out}",
+        )
 
 
 def _value(padding_waste, batches, lengths, what):
     out = _call(padding_waste, (batches, lengths), what)
-    expect(isinstance(out, numbers.Real) and not isinstance(out, bool),
-           f"{what}: padding_waste should return a number (the padding share); got {out!r}")
+    expect(
+        isinstance(out, numbers.Real) and not isinstance(out, bool),
+        f"{what}: padding_waste should return a number (the padding share); got {out!r}",
+    )
     return float(out)
 
 
@@ -153,23 +181,31 @@ def _value(padding_waste, batches, lengths, what):
 def check_waste(padding_waste):
     lengths, batches = [2, 4, 3], [[0, 1], [2]]
     got = _value(padding_waste, batches, lengths, f"batches={batches}, lengths={lengths}")
-    expect(0.0 <= got < 1.0, f"batches={batches}, lengths={lengths}: the padding share is between 0 and 1 (not a "
-                             f"percentage); got {got!r}")
-    expect(got == _waste(batches, lengths) or math.isclose(got, _waste(batches, lengths), rel_tol=1e-9),
-           f"batches={batches}, lengths={lengths}: the first batch pads to 4 (8 slots), the second to 3 (3 slots): "
-           f"2 of 11 slots are padding, {2 / 11:.4f}; got {got:.4f} (pad each batch to its own longest; pool the "
-           "slots of all batches, don't average per-batch shares; divide by padded slots, not real tokens)")
+    expect(
+        0.0 <= got < 1.0,
+        f"batches={batches}, lengths={lengths}: the padding share is between 0 and 1 (not a percentage); got {got!r}",
+    )
+    expect(
+        got == _waste(batches, lengths) or math.isclose(got, _waste(batches, lengths), rel_tol=1e-9),
+        f"batches={batches}, lengths={lengths}: the first batch pads to 4 (8 slots), the second to 3 (3 slots): "
+        f"2 of 11 slots are padding, {2 / 11:.4f}; got {got:.4f} (pad each batch to its own longest; pool the "
+        "slots of all batches, don't average per-batch shares; divide by padded slots, not real tokens)",
+    )
     lengths, batches = [5, 1, 1, 1, 9, 9], [[0, 1, 2, 3], [4, 5]]
     got = _value(padding_waste, batches, lengths, f"batches={batches}, lengths={lengths}")
-    expect(math.isclose(got, 12 / 38, rel_tol=1e-9),
-           f"batches={batches}, lengths={lengths}: 20 + 18 = 38 padded slots hold 26 tokens, so 12/38 = "
-           f"{12 / 38:.4f} is padding; got {got:.4f}")
+    expect(
+        math.isclose(got, 12 / 38, rel_tol=1e-9),
+        f"batches={batches}, lengths={lengths}: 20 + 18 = 38 padded slots hold 26 tokens, so 12/38 = "
+        f"{12 / 38:.4f} is padding; got {got:.4f}",
+    )
     got = _value(padding_waste, [[0, 1, 2]], [7, 7, 7], "one batch of equal lengths")
     expect(got == 0.0, f"one batch of three texts of 7 tokens needs no padding: 0.0; got {got!r}")
     got = _value(padding_waste, [[0, 2]], [3, 50, 6], "a batch that leaves out request 1")
-    expect(math.isclose(got, 3 / 12, rel_tol=1e-9),
-           f"batches=[[0, 2]], lengths=[3, 50, 6]: only the batched requests count (12 slots, 9 tokens, 0.25); got "
-           f"{got:.4f} - request 1 is in no batch")
+    expect(
+        math.isclose(got, 3 / 12, rel_tol=1e-9),
+        f"batches=[[0, 2]], lengths=[3, 50, 6]: only the batched requests count (12 slots, 9 tokens, 0.25); got "
+        f"{got:.4f} - request 1 is in no batch",
+    )
     got = _value(padding_waste, [[0]], [12], "a single request")
     expect(got == 0.0, f"a single request in a batch of its own has no padding: 0.0; got {got!r}")
     got = _value(padding_waste, [], [], "no batches")
@@ -180,13 +216,18 @@ def check_waste(padding_waste):
 def check_bucketing_pays(bucket_batches, padding_waste):
     rng = np.random.default_rng(3)
     short, long_ = rng.integers(4, 12, size=48), rng.integers(40, 64, size=48)
-    lengths = [int(x) for pair in zip(short, long_) for x in pair]       # alternating: the worst case
+    lengths = [int(x) for pair in zip(short, long_) for x in pair]  # alternating: the worst case
     one_bucket = _batches(bucket_batches, lengths, 10_000, 16, "alternating lengths, one bucket")
     bucketed = _batches(bucket_batches, lengths, 16, 16, "alternating lengths, width=16")
     plain = _value(padding_waste, one_bucket, lengths, "alternating lengths, one bucket")
     cut = _value(padding_waste, bucketed, lengths, "alternating lengths, width=16")
-    expect(math.isclose(plain, _waste(one_bucket, lengths), rel_tol=1e-9),
-           f"without buckets the padding share should be {_waste(one_bucket, lengths):.3f}; got {plain:.3f}")
-    expect(cut < 0.5 * plain, f"with buckets of 16 tokens the padding share is {cut:.3f}, without {plain:.3f}: buckets "
-                              "should cut it to under half")
+    expect(
+        math.isclose(plain, _waste(one_bucket, lengths), rel_tol=1e-9),
+        f"without buckets the padding share should be {_waste(one_bucket, lengths):.3f}; got {plain:.3f}",
+    )
+    expect(
+        cut < 0.5 * plain,
+        f"with buckets of 16 tokens the padding share is {cut:.3f}, without {plain:.3f}: buckets "
+        "should cut it to under half",
+    )
     return {"no buckets": plain, "buckets of 16": cut}

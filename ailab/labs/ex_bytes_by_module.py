@@ -17,6 +17,7 @@ The checks are derived from what the function must guarantee, on small models bu
   `depth` keeps its own path); a model with no tensors gives {}; values are ints; the total equals torch's count.
   Groups worth 0 bytes may be present or absent.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -34,11 +35,11 @@ def toy() -> nn.Module:
     """embeddings (fp32 table + an int64 non-persistent buffer), encoder (fp16), norm (BatchNorm: buffers), head (fp64)."""
     torch.manual_seed(0)
     m = nn.Module()
-    m.embeddings = nn.Embedding(100, 8)                                              # 800 x 4 = 3200
+    m.embeddings = nn.Embedding(100, 8)  # 800 x 4 = 3200
     m.embeddings.register_buffer("position_ids", torch.arange(16), persistent=False)  # 16 x 8 = 128
     m.encoder = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)).to(torch.float16)  # 280 x 2 = 560
-    m.norm = nn.BatchNorm1d(8)          # weight, bias, running_mean, running_var: 4 x 8 x 4 = 128; + int64 8 = 136
-    m.head = nn.Linear(8, 2).to(torch.float64)                                       # 18 x 8 = 144
+    m.norm = nn.BatchNorm1d(8)  # weight, bias, running_mean, running_var: 4 x 8 x 4 = 128; + int64 8 = 136
+    m.head = nn.Linear(8, 2).to(torch.float64)  # 18 x 8 = 144
     return m
 
 
@@ -48,10 +49,10 @@ TOY = {"embeddings": 3328, "encoder": 560, "norm": 136, "head": 144}
 def tied() -> nn.Module:
     """An output layer that reuses the embedding table (weight tying), and one block registered twice."""
     m = nn.Module()
-    m.embeddings = nn.Embedding(50, 6)                      # 300 x 4 = 1200
-    m.block = nn.Linear(6, 6)                               # 42 x 4 = 168
-    m.block_again = m.block                                 # the same module under a second name
-    m.lm_head = nn.Linear(6, 50)                            # weight tied below; its bias: 50 x 4 = 200
+    m.embeddings = nn.Embedding(50, 6)  # 300 x 4 = 1200
+    m.block = nn.Linear(6, 6)  # 42 x 4 = 168
+    m.block_again = m.block  # the same module under a second name
+    m.lm_head = nn.Linear(6, 50)  # weight tied below; its bias: 50 x 4 = 200
     m.lm_head.weight = m.embeddings.weight
     return m
 
@@ -62,11 +63,11 @@ TIED = {"embeddings": 1200, "block": 168, "lm_head": 200}
 def deep() -> nn.Module:
     """Nesting for depth 2 and 3, a parameter held by the model itself, and a bfloat16 module."""
     m = nn.Module()
-    m.scale = nn.Parameter(torch.ones(5))                                               # '' : 20
+    m.scale = nn.Parameter(torch.ones(5))  # '' : 20
     m.encoder = nn.Module()
     m.encoder.layer = nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(2)])  # 2 x 112
-    m.encoder.final = nn.LayerNorm(4).to(torch.bfloat16)                                # 8 x 2 = 16
-    m.head = nn.Linear(4, 3)                                                            # 15 x 4 = 60
+    m.encoder.final = nn.LayerNorm(4).to(torch.bfloat16)  # 8 x 2 = 16
+    m.head = nn.Linear(4, 3)  # 15 x 4 = 60
     return m
 
 
@@ -75,15 +76,15 @@ def odd_dtypes() -> nn.Module:
     buffers, a complex64 filter."""
     m = nn.Module()
     m.mask = nn.Module()
-    m.mask.register_buffer("keep", torch.ones(10, 10, dtype=torch.bool))          # 100 x 1 = 100
+    m.mask.register_buffer("keep", torch.ones(10, 10, dtype=torch.bool))  # 100 x 1 = 100
     m.quant = nn.Module()
-    m.quant.register_buffer("weight", torch.zeros(16, 16, dtype=torch.int8))       # 256 x 1 = 256
-    m.quant.scale = nn.Parameter(torch.ones(16))                                   # 16 x 4 = 64
-    m.quant.register_buffer("zero_point", torch.zeros(16, dtype=torch.uint8))      # 16 x 1 = 16
+    m.quant.register_buffer("weight", torch.zeros(16, 16, dtype=torch.int8))  # 256 x 1 = 256
+    m.quant.scale = nn.Parameter(torch.ones(16))  # 16 x 4 = 64
+    m.quant.register_buffer("zero_point", torch.zeros(16, dtype=torch.uint8))  # 16 x 1 = 16
     m.tokens = nn.Module()
-    m.tokens.register_buffer("ids", torch.zeros(8, dtype=torch.int32))             # 8 x 4 = 32
+    m.tokens.register_buffer("ids", torch.zeros(8, dtype=torch.int32))  # 8 x 4 = 32
     m.spectral = nn.Module()
-    m.spectral.filter = nn.Parameter(torch.zeros(4, 4, dtype=torch.complex64))     # 16 x 8 = 128
+    m.spectral.filter = nn.Parameter(torch.zeros(4, 4, dtype=torch.complex64))  # 16 x 8 = 128
     return m
 
 
@@ -94,19 +95,30 @@ DEEP = {
     1: {"": 20, "encoder": 240, "head": 60},
     2: {"": 20, "encoder.layer": 224, "encoder.final": 16, "head": 60},
     3: {"": 20, "encoder.layer.0": 112, "encoder.layer.1": 112, "encoder.final": 16, "head": 60},
-    4: {"": 20, "encoder.layer.0.0": 80, "encoder.layer.0.1": 32, "encoder.layer.1.0": 80, "encoder.layer.1.1": 32,
-        "encoder.final": 16, "head": 60},
+    4: {
+        "": 20,
+        "encoder.layer.0.0": 80,
+        "encoder.layer.0.1": 32,
+        "encoder.layer.1.0": 80,
+        "encoder.layer.1.1": 32,
+        "encoder.final": 16,
+        "head": 60,
+    },
 }
 
 
 def _groups(fn, model, depth, what) -> dict:
     out = fn(model) if depth is None else fn(model, depth)
-    expect(isinstance(out, dict), f"{what}: bytes_by_module() should return a dict of group -> bytes; got "
-                                  f"{type(out).__name__}")
+    expect(
+        isinstance(out, dict),
+        f"{what}: bytes_by_module() should return a dict of group -> bytes; got {type(out).__name__}",
+    )
     for k, v in out.items():
         expect(isinstance(k, str), f"{what}: group names are strings (module paths); got the key {k!r}")
-        expect(isinstance(v, numbers.Integral) and not isinstance(v, bool),
-               f"{what}: group {k!r} holds {v!r} ({type(v).__name__}); a count of bytes is an int")
+        expect(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool),
+            f"{what}: group {k!r} holds {v!r} ({type(v).__name__}); a count of bytes is an int",
+        )
     return {k: int(v) for k, v in out.items() if v != 0}
 
 
@@ -114,45 +126,73 @@ def _compare(got: dict, expected: dict, what: str, why: dict | None = None, extr
     why = why or {}
     for name, want in expected.items():
         label = repr(name) + (" (tensors held by the model itself)" if name == "" else "")
-        expect(name in got, f"{what}: group {label} is missing; expected {want} bytes there. Your groups: "
-                            f"{sorted(got)}.{' ' + why[name] if name in why else ''}")
-        expect(got[name] == want, f"{what}: group {label} should hold {want} bytes; got {got[name]}."
-                                  f"{' ' + why[name] if name in why else ''}")
+        expect(
+            name in got,
+            f"{what}: group {label} is missing; expected {want} bytes there. Your groups: "
+            f"{sorted(got)}.{' ' + why[name] if name in why else ''}",
+        )
+        expect(
+            got[name] == want,
+            f"{what}: group {label} should hold {want} bytes; got {got[name]}.{' ' + why[name] if name in why else ''}",
+        )
     extra = sorted(set(got) - set(expected))
-    expect(not extras or not extra, f"{what}: unexpected group(s) {extra} (expected only {sorted(expected)}). A group is the path "
-                      "of the module that holds the tensor, cut to `depth` parts - not the tensor's own name")
+    expect(
+        not extras or not extra,
+        f"{what}: unexpected group(s) {extra} (expected only {sorted(expected)}). A group is the path "
+        "of the module that holds the tensor, cut to `depth` parts - not the tensor's own name",
+    )
 
 
 def _total(got: dict, model, what: str) -> None:
     truth = memory.param_bytes(model)
-    expect(sum(got.values()) == truth, f"{what}: your groups add up to {sum(got.values())} bytes; torch counts "
-                                       f"{truth} (every parameter and buffer once)")
+    expect(
+        sum(got.values()) == truth,
+        f"{what}: your groups add up to {sum(got.values())} bytes; torch counts "
+        f"{truth} (every parameter and buffer once)",
+    )
 
 
 @check(LAB, "bytes per group: every dtype, buffers included")
 def check_bytes_and_buffers(bytes_by_module):
     model = toy()
     got = _groups(bytes_by_module, model, None, "the toy model, default depth")
-    _compare(got, TOY, "the toy model at depth 1", why={
-        "embeddings": "It holds a float32 table (100 x 8) and an int64 buffer of 16 position ids that is not "
-                      "persistent (a state_dict() leaves it out, but it is in memory).",
-        "encoder": "Its two Linear layers are float16: 2 bytes per element.",
-        "norm": "BatchNorm1d(8) has weight and bias, and three buffers: running_mean, running_var (float32) and "
-                "num_batches_tracked (one int64).",
-        "head": "Linear(8, 2) in float64: 8 bytes per element.",
-    })
+    _compare(
+        got,
+        TOY,
+        "the toy model at depth 1",
+        why={
+            "embeddings": "It holds a float32 table (100 x 8) and an int64 buffer of 16 position ids that is not "
+            "persistent (a state_dict() leaves it out, but it is in memory).",
+            "encoder": "Its two Linear layers are float16: 2 bytes per element.",
+            "norm": "BatchNorm1d(8) has weight and bias, and three buffers: running_mean, running_var (float32) and "
+            "num_batches_tracked (one int64).",
+            "head": "Linear(8, 2) in float64: 8 bytes per element.",
+        },
+    )
     _total(got, model, "the toy model")
     model = toy().to(torch.bfloat16)
     got = _groups(bytes_by_module, model, 1, "the toy model cast to bfloat16")
-    _compare(got, {"embeddings": 1728, "encoder": 560, "norm": 72, "head": 36},
-             "the toy model cast to bfloat16 (integer buffers keep int64)",
-             why={"embeddings": "Each element size comes from the tensor itself: the table is now 2 bytes per "
-                                "element, the int64 ids still 8."})
+    _compare(
+        got,
+        {"embeddings": 1728, "encoder": 560, "norm": 72, "head": 36},
+        "the toy model cast to bfloat16 (integer buffers keep int64)",
+        why={
+            "embeddings": "Each element size comes from the tensor itself: the table is now 2 bytes per "
+            "element, the int64 ids still 8."
+        },
+    )
     model = odd_dtypes()
     got = _groups(bytes_by_module, model, 1, "bool, int8, uint8, int32 and complex64 tensors")
-    _compare(got, ODD, "a model with a bool mask, int8 weights, uint8 and int32 buffers and a complex64 parameter",
-             why={k: "Ask each tensor its element size (tensor.element_size()) rather than a table of dtypes: bool, "
-                     "int8 and uint8 take 1 byte, int32 4, complex64 8." for k in ODD})
+    _compare(
+        got,
+        ODD,
+        "a model with a bool mask, int8 weights, uint8 and int32 buffers and a complex64 parameter",
+        why={
+            k: "Ask each tensor its element size (tensor.element_size()) rather than a table of dtypes: bool, "
+            "int8 and uint8 take 1 byte, int32 4, complex64 8."
+            for k in ODD
+        },
+    )
     _total(got, model, "bool, int8, uint8, int32 and complex64 tensors")
 
 
@@ -160,11 +200,18 @@ def check_bytes_and_buffers(bytes_by_module):
 def check_tied(bytes_by_module):
     model = tied()
     got = _groups(bytes_by_module, model, 1, "tied weights")
-    tie = ("lm_head.weight is the same tensor as embeddings.weight (weight tying): it takes memory once, and "
-           "counts in the group of the first name the model lists it under")
+    tie = (
+        "lm_head.weight is the same tensor as embeddings.weight (weight tying): it takes memory once, and "
+        "counts in the group of the first name the model lists it under"
+    )
     shared = "block_again is the same module as block: its tensors are already counted under 'block'"
-    _compare(got, TIED, "tied weights", why={"embeddings": tie, "lm_head": tie + "; lm_head's own bias is 200 bytes",
-                                             "block": shared}, extras=False)
+    _compare(
+        got,
+        TIED,
+        "tied weights",
+        why={"embeddings": tie, "lm_head": tie + "; lm_head's own bias is 200 bytes", "block": shared},
+        extras=False,
+    )
     expect("block_again" not in got, f"tied weights: {shared}; got {got.get('block_again')} bytes in 'block_again'")
     _compare(got, TIED, "tied weights")
     _total(got, model, "tied weights")
@@ -175,15 +222,24 @@ def check_depth(bytes_by_module):
     model = deep()
     for depth, expected in DEEP.items():
         got = _groups(bytes_by_module, model, depth, f"depth={depth}")
-        _compare(got, expected, f"a nested model at depth={depth}", why={
-            "": "`scale` is a parameter of the model itself (no submodule), so its module path is ''",
-            "head": f"head is a single Linear: its path 'head' has fewer than {depth} parts, so it stays 'head'",
-            "encoder.final": "encoder.final is a bfloat16 LayerNorm(4) held directly by encoder",
-        })
+        _compare(
+            got,
+            expected,
+            f"a nested model at depth={depth}",
+            why={
+                "": "`scale` is a parameter of the model itself (no submodule), so its module path is ''",
+                "head": f"head is a single Linear: its path 'head' has fewer than {depth} parts, so it stays 'head'",
+                "encoder.final": "encoder.final is a bfloat16 LayerNorm(4) held directly by encoder",
+            },
+        )
         _total(got, model, f"a nested model at depth={depth}")
     lone = nn.Linear(5, 3).to(torch.bfloat16)
     got = _groups(bytes_by_module, lone, 1, "a model with no children")
-    _compare(got, {"": 36}, "a bare bfloat16 Linear(5, 3), which has no submodules",
-             why={"": "weight and bias belong to the model itself, so both are in the group ''"})
+    _compare(
+        got,
+        {"": 36},
+        "a bare bfloat16 Linear(5, 3), which has no submodules",
+        why={"": "weight and bias belong to the model itself, so both are in the group ''"},
+    )
     got = _groups(bytes_by_module, nn.Sequential(nn.ReLU(), nn.Dropout()), 2, "a model with no tensors")
     expect(got == {}, f"a model with no parameters or buffers has no bytes to group; got {got}")

@@ -14,6 +14,7 @@ The checks are derived from what the loop must guarantee:
   processes more); the prompt tensor is not changed; a learner call that raises names the prompt's shape (a cache
   sized for the prompt alone runs out at the first decode step).
 """
+
 from __future__ import annotations
 
 import torch
@@ -50,10 +51,14 @@ def _run(greedy_decode, prompt, n, what):
     before = prompt.clone()
     with torch_threads(1):
         out = answer(greedy_decode, counting, prompt, n, what=what)
-    expect(isinstance(out, torch.Tensor), f"{what}: greedy_decode() should return a tensor of token ids; got "
-                                         f"{type(out).__name__}")
-    expect(not out.is_floating_point() and out.dtype != torch.bool,
-           f"{what}: token ids are integers (the argmax of the logits); got dtype {out.dtype}")
+    expect(
+        isinstance(out, torch.Tensor),
+        f"{what}: greedy_decode() should return a tensor of token ids; got {type(out).__name__}",
+    )
+    expect(
+        not out.is_floating_point() and out.dtype != torch.bool,
+        f"{what}: token ids are integers (the argmax of the logits); got dtype {out.dtype}",
+    )
     expect(torch.equal(prompt, before), f"{what}: the prompt tensor was changed; build new tensors instead")
     return out, counting.calls
 
@@ -66,17 +71,26 @@ def check_tokens(greedy_decode):
         prompt = _prompt(batch, length, seed)
         what = f"a prompt of shape ({batch}, {length}) and max_new_tokens={n}"
         out, _ = _run(greedy_decode, prompt, n, what)
-        expect(tuple(out.shape) == (batch, n),
-               f"{what}: expected the {n} new tokens of each of the {batch} rows, shape ({batch}, {n}); got "
-               f"{tuple(out.shape)}" + (". Return only the new tokens, not the prompt with them"
-                                        if out.ndim == 2 and out.shape[1] == length + n else ""))
+        expect(
+            tuple(out.shape) == (batch, n),
+            f"{what}: expected the {n} new tokens of each of the {batch} rows, shape ({batch}, {n}); got "
+            f"{tuple(out.shape)}"
+            + (
+                ". Return only the new tokens, not the prompt with them"
+                if out.ndim == 2 and out.shape[1] == length + n
+                else ""
+            ),
+        )
         with torch_threads(1):
             want = generate_without_cache(model(), prompt, n)
         if not torch.equal(out, want):
             row, col = next((r, c) for r in range(batch) for c in range(n) if out[r, c] != want[r, c])
-            expect(False, f"{what}: row {row}, new token {col}: expected {int(want[row, col])}, got "
-                          f"{int(out[row, col])}. Which logits give the next token, and which token is fed to the "
-                          "next step?")
+            expect(
+                False,
+                f"{what}: row {row}, new token {col}: expected {int(want[row, col])}, got "
+                f"{int(out[row, col])}. Which logits give the next token, and which token is fed to the "
+                "next step?",
+            )
 
 
 @check(LAB, "the work: one prefill, then one token per step")
@@ -86,10 +100,19 @@ def check_work(greedy_decode):
         _, calls = _run(greedy_decode, _prompt(batch, length, 7), n, what)
         want = [(batch, length)] + [(batch, 1)] * (n - 1)
         positions = sum(b * t for b, t in calls)
-        expect(calls == want,
-               f"{what}: the model should see the prompt once, ({batch}, {length}), then {n - 1} step(s) of one token "
-               f"each, {want[:3]}{'...' if len(want) > 3 else ''}; it saw {len(calls)} call(s), {calls[:4]}"
-               f"{'...' if len(calls) > 4 else ''}: {positions} positions instead of {batch * (length + n - 1)}."
-               + (" The last token needs no step of its own: nothing is generated after it." if len(calls) == n + 1 else "")
-               + (" The cache already holds the prefix: feed only the newest token." if positions > batch * (length + n)
-                  else ""))
+        expect(
+            calls == want,
+            f"{what}: the model should see the prompt once, ({batch}, {length}), then {n - 1} step(s) of one token "
+            f"each, {want[:3]}{'...' if len(want) > 3 else ''}; it saw {len(calls)} call(s), {calls[:4]}"
+            f"{'...' if len(calls) > 4 else ''}: {positions} positions instead of {batch * (length + n - 1)}."
+            + (
+                " The last token needs no step of its own: nothing is generated after it."
+                if len(calls) == n + 1
+                else ""
+            )
+            + (
+                " The cache already holds the prefix: feed only the newest token."
+                if positions > batch * (length + n)
+                else ""
+            ),
+        )

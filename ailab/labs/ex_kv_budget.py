@@ -16,6 +16,7 @@ The checks are derived from what the function must guarantee:
   is does not gain a block, a block longer than the sequence is one block, block_tokens=1 and None agree, and a
   block belongs to one sequence (blocks are not pooled across sequences).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -32,17 +33,28 @@ PER_TOKEN = 1024
 
 def _n(fn, budget, what, **kw) -> int:
     args = {**SMALL, **kw}
-    out = fn(budget, args["layers"], args["kv_heads"], args["head_dim"], args["seq_len"], args["dtype_bytes"],
-             **({"block_tokens": args["block_tokens"]} if "block_tokens" in args else {}))
-    expect(isinstance(out, numbers.Integral) and not isinstance(out, bool),
-           f"{what}: max_sequences() should return a whole number of sequences (an int); got "
-           f"{type(out).__name__} {out!r}")
+    out = fn(
+        budget,
+        args["layers"],
+        args["kv_heads"],
+        args["head_dim"],
+        args["seq_len"],
+        args["dtype_bytes"],
+        **({"block_tokens": args["block_tokens"]} if "block_tokens" in args else {}),
+    )
+    expect(
+        isinstance(out, numbers.Integral) and not isinstance(out, bool),
+        f"{what}: max_sequences() should return a whole number of sequences (an int); got {type(out).__name__} {out!r}",
+    )
     return int(out)
 
 
 def _twice(got: int, want: int) -> str:
-    return (" That is twice the right answer: a token keeps two tensors per layer and KV head, its key AND its value."
-            if want > 0 and got == 2 * want else "")
+    return (
+        " That is twice the right answer: a token keeps two tensors per layer and KV head, its key AND its value."
+        if want > 0 and got == 2 * want
+        else ""
+    )
 
 
 def _describe(**kw) -> str:
@@ -52,61 +64,111 @@ def _describe(**kw) -> str:
 
 @check(LAB, "the boundary: exactly n sequences, one byte short, zero")
 def check_boundary(max_sequences):
-    per_seq = 200 * PER_TOKEN                         # 204,800 bytes for 200 tokens
-    cases = [(5 * per_seq, 5, "exactly 5 sequences' worth"), (5 * per_seq - 1, 4, "one byte short of 5 sequences"),
-             (5 * per_seq + 1, 5, "one byte more than 5 sequences"), (per_seq, 1, "exactly one sequence"),
-             (per_seq - 1, 0, "one byte short of a single sequence"), (0, 0, "a zero budget"),
-             (123 * per_seq + per_seq // 2, 123, "123 and a half sequences' worth")]
+    per_seq = 200 * PER_TOKEN  # 204,800 bytes for 200 tokens
+    cases = [
+        (5 * per_seq, 5, "exactly 5 sequences' worth"),
+        (5 * per_seq - 1, 4, "one byte short of 5 sequences"),
+        (5 * per_seq + 1, 5, "one byte more than 5 sequences"),
+        (per_seq, 1, "exactly one sequence"),
+        (per_seq - 1, 0, "one byte short of a single sequence"),
+        (0, 0, "a zero budget"),
+        (123 * per_seq + per_seq // 2, 123, "123 and a half sequences' worth"),
+    ]
     for budget, want, what in cases:
         got = _n(max_sequences, budget, what, seq_len=200)
-        expect(got == want, f"{what} ({budget:,} bytes; {_describe(seq_len=200)} -> {per_seq:,} bytes per sequence): "
-                            f"{want} sequence(s) fit; got {got}. Only whole sequences count, and a sequence that "
-                            "does not fit entirely does not fit" + _twice(got, want))
+        expect(
+            got == want,
+            f"{what} ({budget:,} bytes; {_describe(seq_len=200)} -> {per_seq:,} bytes per sequence): "
+            f"{want} sequence(s) fit; got {got}. Only whole sequences count, and a sequence that "
+            "does not fit entirely does not fit" + _twice(got, want),
+        )
 
 
 @check(LAB, "every argument counts, grouped-query attention included")
 def check_arguments(max_sequences):
     base = {"layers": 4, "kv_heads": 2, "head_dim": 32, "seq_len": 200, "dtype_bytes": 2}
-    budget = 24 * 200 * PER_TOKEN                      # 24 sequences of the base shape
-    for name, value, want in [("layers", 8, 12), ("layers", 1, 96), ("kv_heads", 8, 6), ("kv_heads", 1, 48),
-                              ("head_dim", 64, 12), ("head_dim", 96, 8), ("seq_len", 100, 48), ("seq_len", 1, 4800),
-                              ("seq_len", 4800, 1), ("dtype_bytes", 1, 48), ("dtype_bytes", 4, 12)]:
+    budget = 24 * 200 * PER_TOKEN  # 24 sequences of the base shape
+    for name, value, want in [
+        ("layers", 8, 12),
+        ("layers", 1, 96),
+        ("kv_heads", 8, 6),
+        ("kv_heads", 1, 48),
+        ("head_dim", 64, 12),
+        ("head_dim", 96, 8),
+        ("seq_len", 100, 48),
+        ("seq_len", 1, 4800),
+        ("seq_len", 4800, 1),
+        ("dtype_bytes", 1, 48),
+        ("dtype_bytes", 4, 12),
+    ]:
         kw = {**base, name: value}
         got = _n(max_sequences, budget, f"{name}={value}", **kw)
-        expect(got == want, f"budget {budget:,} bytes with {_describe(**kw)}: {want} sequences fit; got {got}."
-                            + (_twice(got, want) or f" Does your formula use {name}? (the same budget fits 24 "
-                                                    f"sequences at {name}={base[name]})"))
+        expect(
+            got == want,
+            f"budget {budget:,} bytes with {_describe(**kw)}: {want} sequences fit; got {got}."
+            + (
+                _twice(got, want)
+                or f" Does your formula use {name}? (the same budget fits 24 sequences at {name}={base[name]})"
+            ),
+        )
     for cfg in memory.PUBLISHED_CONFIGS.values():
         for seq_len, dtype_bytes, dtype in [(4096, 2, "float16"), (1000, 1, "int8"), (512, 4, "float32")]:
             per_seq = cfg.kv_bytes(seq_len, 1, dtype)
             want = (40 * GiB) // per_seq
-            got = _n(max_sequences, 40 * GiB, f"{cfg.name}", layers=cfg.layers, kv_heads=cfg.kv_heads,
-                     head_dim=cfg.head_dim, seq_len=seq_len, dtype_bytes=dtype_bytes)
-            expect(got == want, f"{cfg.name} ({cfg.layers} layers, {cfg.heads} query heads but {cfg.kv_heads} KV heads, "
-                                f"head_dim {cfg.head_dim}), {seq_len} tokens, {dtype_bytes}-byte {dtype}, 40 GiB: "
-                                f"{want} sequences fit ({per_seq:,} bytes each: keys AND values, per layer and KV "
-                                f"head); got {got}." + _twice(got, want))
+            got = _n(
+                max_sequences,
+                40 * GiB,
+                f"{cfg.name}",
+                layers=cfg.layers,
+                kv_heads=cfg.kv_heads,
+                head_dim=cfg.head_dim,
+                seq_len=seq_len,
+                dtype_bytes=dtype_bytes,
+            )
+            expect(
+                got == want,
+                f"{cfg.name} ({cfg.layers} layers, {cfg.heads} query heads but {cfg.kv_heads} KV heads, "
+                f"head_dim {cfg.head_dim}), {seq_len} tokens, {dtype_bytes}-byte {dtype}, 40 GiB: "
+                f"{want} sequences fit ({per_seq:,} bytes each: keys AND values, per layer and KV "
+                f"head); got {got}." + _twice(got, want),
+            )
 
 
 @check(LAB, "paged: each sequence holds whole blocks of its own")
 def check_blocks(max_sequences):
     cases = [  # seq_len, block_tokens, tokens held per sequence
-        (200, 16, 208), (192, 16, 192), (193, 16, 208), (10, 16, 16), (1, 16, 16), (200, 1, 200), (200, 200, 200),
-        (200, 64, 256), (4096, 16, 4096)]
+        (200, 16, 208),
+        (192, 16, 192),
+        (193, 16, 208),
+        (10, 16, 16),
+        (1, 16, 16),
+        (200, 1, 200),
+        (200, 200, 200),
+        (200, 64, 256),
+        (4096, 16, 4096),
+    ]
     for seq_len, block, held in cases:
         for n in (1, 7):
             budget = n * held * PER_TOKEN
             for b, want, edge in [(budget, n, "exactly"), (budget - 1, n - 1, "one byte short of")]:
                 got = _n(max_sequences, b, "paged", seq_len=seq_len, block_tokens=block)
-                expect(got == want, f"seq_len={seq_len} in blocks of {block} tokens: each sequence holds {held} "
-                                    f"tokens' worth ({held // block} whole block(s)); a budget of {edge} {n} such "
-                                    f"sequences ({b:,} bytes, {_describe(seq_len=seq_len, block_tokens=block)}) fits "
-                                    f"{want}; got {got}")
+                expect(
+                    got == want,
+                    f"seq_len={seq_len} in blocks of {block} tokens: each sequence holds {held} "
+                    f"tokens' worth ({held // block} whole block(s)); a budget of {edge} {n} such "
+                    f"sequences ({b:,} bytes, {_describe(seq_len=seq_len, block_tokens=block)}) fits "
+                    f"{want}; got {got}",
+                )
     plain = _n(max_sequences, 7 * 200 * PER_TOKEN, "block_tokens=None", seq_len=200, block_tokens=None)
-    expect(plain == 7, f"block_tokens=None means no paging: 7 sequences of 200 tokens in exactly their bytes; got {plain}")
+    expect(
+        plain == 7, f"block_tokens=None means no paging: 7 sequences of 200 tokens in exactly their bytes; got {plain}"
+    )
     default = _n(max_sequences, 7 * 200 * PER_TOKEN, "block_tokens left out", seq_len=200)
     expect(default == 7, f"block_tokens left out means no paging: 7 sequences; got {default}")
     # A block is one sequence's: 20 blocks of 16 tokens hold 10 sequences of 20 tokens (2 blocks each), not 16.
     got = _n(max_sequences, 20 * 16 * PER_TOKEN, "pooled blocks", seq_len=20, block_tokens=16)
-    expect(got == 10, "a budget of 20 blocks of 16 tokens, sequences of 20 tokens: each sequence needs 2 blocks of its "
-                      f"own (a block is never shared between sequences), so 10 fit; got {got}")
+    expect(
+        got == 10,
+        "a budget of 20 blocks of 16 tokens, sequences of 20 tokens: each sequence needs 2 blocks of its "
+        f"own (a block is never shared between sequences), so 10 fit; got {got}",
+    )

@@ -16,6 +16,7 @@ The checks are derived from what the function must guarantee:
   write (v1.0, 2.0.0-RC1, 1.0-1, 1.0.alpha1, 02.01), with both strings reported as given (not pip's normal
   spelling); the inputs are not modified.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,12 +31,16 @@ def _rows(pin_drift, installed: dict, pins: dict, what: str) -> list[dict]:
     before = copy.deepcopy(installed), copy.deepcopy(pins)
     out = pin_drift(installed, pins)
     expect((installed, pins) == before, f"{what}: pin_drift() changed the dicts it was given; it should only read them")
-    expect(isinstance(out, list), f"{what}: pin_drift() should return a list of rows (dicts); got "
-                                  f"{type(out).__name__} {out!r}")
+    expect(
+        isinstance(out, list),
+        f"{what}: pin_drift() should return a list of rows (dicts); got {type(out).__name__} {out!r}",
+    )
     for row in out:
         expect(isinstance(row, dict), f"{what}: each row should be a dict; got {type(row).__name__} {row!r}")
-        expect(set(row) == set(FIELDS), f"{what}: each row should have exactly the keys {list(FIELDS)}; a row has "
-                                        f"{sorted(row)}")
+        expect(
+            set(row) == set(FIELDS),
+            f"{what}: each row should have exactly the keys {list(FIELDS)}; a row has {sorted(row)}",
+        )
     return out
 
 
@@ -49,23 +54,36 @@ def check_rows(pin_drift):
     pins = {"torch": "2.13.0", "scipy": "1.17.1", "numpy": "2.4.6", "plotly": "7.1.0"}
     rows = _rows(pin_drift, installed, pins, "torch at 2.12.0 (pinned 2.13.0), scipy not installed")
     pkgs = _packages(rows)
-    expect("numpy" not in pkgs and "plotly" not in pkgs,
-           f"numpy and plotly are installed at their pinned versions, so they have no row; got rows for {pkgs}")
-    expect("requests" not in pkgs, "requests is installed but not pinned: only pinned packages are checked; "
-                                   f"got rows for {pkgs}")
+    expect(
+        "numpy" not in pkgs and "plotly" not in pkgs,
+        f"numpy and plotly are installed at their pinned versions, so they have no row; got rows for {pkgs}",
+    )
+    expect(
+        "requests" not in pkgs,
+        f"requests is installed but not pinned: only pinned packages are checked; got rows for {pkgs}",
+    )
     expect(sorted(pkgs) == ["scipy", "torch"], f"rows should be for scipy (missing) and torch (differs); got {pkgs}")
-    expect(pkgs == ["scipy", "torch"], f"rows should be sorted by package (scipy before torch), whatever order the "
-                                       f"pins come in; got {pkgs}")
+    expect(
+        pkgs == ["scipy", "torch"],
+        f"rows should be sorted by package (scipy before torch), whatever order the pins come in; got {pkgs}",
+    )
     scipy, torch = rows
-    expect(torch["kind"] == "differs", f"torch is installed at another version: kind should be 'differs'; got "
-                                       f"{torch['kind']!r}")
-    expect(torch["pinned"] == "2.13.0" and torch["installed"] == "2.12.0",
-           f"torch's row: pinned should be '2.13.0' and installed '2.12.0' (the version strings as given); got "
-           f"pinned {torch['pinned']!r}, installed {torch['installed']!r}")
-    expect(scipy["kind"] == "missing", f"scipy is not installed at all: kind should be 'missing'; got "
-                                       f"{scipy['kind']!r}")
-    expect(scipy["installed"] is None, f"scipy is not installed: its installed field should be None; got "
-                                       f"{scipy['installed']!r}")
+    expect(
+        torch["kind"] == "differs",
+        f"torch is installed at another version: kind should be 'differs'; got {torch['kind']!r}",
+    )
+    expect(
+        torch["pinned"] == "2.13.0" and torch["installed"] == "2.12.0",
+        f"torch's row: pinned should be '2.13.0' and installed '2.12.0' (the version strings as given); got "
+        f"pinned {torch['pinned']!r}, installed {torch['installed']!r}",
+    )
+    expect(
+        scipy["kind"] == "missing", f"scipy is not installed at all: kind should be 'missing'; got {scipy['kind']!r}"
+    )
+    expect(
+        scipy["installed"] is None,
+        f"scipy is not installed: its installed field should be None; got {scipy['installed']!r}",
+    )
     expect(scipy["pinned"] == "1.17.1", f"scipy's pinned field should be '1.17.1'; got {scipy['pinned']!r}")
 
     rows = _rows(pin_drift, {"zeta": "1.0"}, {"zeta": "1.0"}, "a single pin that matches")
@@ -74,43 +92,73 @@ def check_rows(pin_drift):
     expect(rows == [], f"no pins, no rows; got {rows!r}")
     pins = {"zz": "3", "mm": "2", "aa": "1", "kk": "4"}
     rows = _rows(pin_drift, {}, pins, "nothing installed")
-    expect(_packages(rows) == ["aa", "kk", "mm", "zz"] and all(r["kind"] == "missing" for r in rows),
-           f"with nothing installed, every pin is a 'missing' row, sorted by package: expected packages "
-           f"['aa', 'kk', 'mm', 'zz'], all missing; got {[(r['package'], r['kind']) for r in rows]}")
-    expect(all(r["installed"] is None for r in rows), "a missing package's installed field is None; got "
-                                                      f"{[r['installed'] for r in rows]}")
+    expect(
+        _packages(rows) == ["aa", "kk", "mm", "zz"] and all(r["kind"] == "missing" for r in rows),
+        f"with nothing installed, every pin is a 'missing' row, sorted by package: expected packages "
+        f"['aa', 'kk', 'mm', 'zz'], all missing; got {[(r['package'], r['kind']) for r in rows]}",
+    )
+    expect(
+        all(r["installed"] is None for r in rows),
+        f"a missing package's installed field is None; got {[r['installed'] for r in rows]}",
+    )
     rows = _rows(pin_drift, {"aa": "1", "kk": "5", "mm": "2.1", "zz": "3"}, pins, "kk at 5, mm at 2.1")
-    expect([(r["package"], r["kind"], r["pinned"], r["installed"]) for r in rows]
-           == [("kk", "differs", "4", "5"), ("mm", "differs", "2", "2.1")],
-           f"kk pinned 4 installed 5 and mm pinned 2 installed 2.1 should give two 'differs' rows, sorted; got "
-           f"{[(r['package'], r['kind'], r['pinned'], r['installed']) for r in rows]}")
+    expect(
+        [(r["package"], r["kind"], r["pinned"], r["installed"]) for r in rows]
+        == [("kk", "differs", "4", "5"), ("mm", "differs", "2", "2.1")],
+        f"kk pinned 4 installed 5 and mm pinned 2 installed 2.1 should give two 'differs' rows, sorted; got "
+        f"{[(r['package'], r['kind'], r['pinned'], r['installed']) for r in rows]}",
+    )
 
 
 @check(LAB, "names are compared the way pip normalises them")
 def check_names(pin_drift):
-    installed = {"PyYAML": "6.0.4", "scikit-learn": "1.9.1", "ruamel.yaml": "0.18.6", "Typing_Extensions": "4.12.2",
-                 "zope-interface": "7.0"}
-    pins = {"pyyaml": "6.0.4", "scikit_learn": "1.9.1", "ruamel-yaml": "0.18.6", "typing-extensions": "4.12.2",
-            "Zope.Interface": "7.0"}
+    installed = {
+        "PyYAML": "6.0.4",
+        "scikit-learn": "1.9.1",
+        "ruamel.yaml": "0.18.6",
+        "Typing_Extensions": "4.12.2",
+        "zope-interface": "7.0",
+    }
+    pins = {
+        "pyyaml": "6.0.4",
+        "scikit_learn": "1.9.1",
+        "ruamel-yaml": "0.18.6",
+        "typing-extensions": "4.12.2",
+        "Zope.Interface": "7.0",
+    }
     rows = _rows(pin_drift, installed, pins, "the same packages spelled differently")
-    expect(rows == [], "PyYAML/pyyaml, scikit-learn/scikit_learn, ruamel.yaml/ruamel-yaml, "
-                       "Typing_Extensions/typing-extensions and zope-interface/Zope.Interface are the same packages to "
-                       "pip (case, '-', '_' and '.' do not matter), all at their pinned versions: no row expected; got "
-                       f"rows for {_packages(rows)}")
+    expect(
+        rows == [],
+        "PyYAML/pyyaml, scikit-learn/scikit_learn, ruamel.yaml/ruamel-yaml, "
+        "Typing_Extensions/typing-extensions and zope-interface/Zope.Interface are the same packages to "
+        "pip (case, '-', '_' and '.' do not matter), all at their pinned versions: no row expected; got "
+        f"rows for {_packages(rows)}",
+    )
     rows = _rows(pin_drift, {"jupyter-book": "1.0.4"}, {"jupyter_-book": "1.0.4"}, "a run of separators")
-    expect(rows == [], "'jupyter_-book' and 'jupyter-book' are the same name to pip (a run of '-', '_', '.' counts as "
-                       f"one '-'): no row expected; got rows for {_packages(rows)}")
-    rows = _rows(pin_drift, {"PyYAML": "6.0.1", "numpy": "2.4.5"},
-                 {"PyYAML": "6.0.4", "numpy": "2.4.6", "Memory_Profiler": "0.61.0"},
-                 "PyYAML at 6.0.1, numpy at 2.4.5, Memory_Profiler missing")
+    expect(
+        rows == [],
+        "'jupyter_-book' and 'jupyter-book' are the same name to pip (a run of '-', '_', '.' counts as "
+        f"one '-'): no row expected; got rows for {_packages(rows)}",
+    )
+    rows = _rows(
+        pin_drift,
+        {"PyYAML": "6.0.1", "numpy": "2.4.5"},
+        {"PyYAML": "6.0.4", "numpy": "2.4.6", "Memory_Profiler": "0.61.0"},
+        "PyYAML at 6.0.1, numpy at 2.4.5, Memory_Profiler missing",
+    )
     pkgs = _packages(rows)
-    expect(sorted(pkgs) == ["memory-profiler", "numpy", "pyyaml"],
-           "the package field is the normalised name (lower case, each run of '-', '_', '.' as one '-'): expected "
-           f"rows for 'memory-profiler', 'numpy' and 'pyyaml'; got {pkgs}")
-    expect(pkgs == ["memory-profiler", "numpy", "pyyaml"], f"rows are sorted by the (normalised) package name; got "
-                                                           f"{pkgs}")
-    expect([r["kind"] for r in rows] == ["missing", "differs", "differs"],
-           f"memory-profiler is missing, numpy and pyyaml differ; got kinds {[r['kind'] for r in rows]}")
+    expect(
+        sorted(pkgs) == ["memory-profiler", "numpy", "pyyaml"],
+        "the package field is the normalised name (lower case, each run of '-', '_', '.' as one '-'): expected "
+        f"rows for 'memory-profiler', 'numpy' and 'pyyaml'; got {pkgs}",
+    )
+    expect(
+        pkgs == ["memory-profiler", "numpy", "pyyaml"], f"rows are sorted by the (normalised) package name; got {pkgs}"
+    )
+    expect(
+        [r["kind"] for r in rows] == ["missing", "differs", "differs"],
+        f"memory-profiler is missing, numpy and pyyaml differ; got kinds {[r['kind'] for r in rows]}",
+    )
 
 
 @check(LAB, "versions are compared as versions, not as text")
@@ -118,26 +166,52 @@ def check_versions(pin_drift):
     same = [("1.0", "1.0.0"), ("2.13", "2.13.0"), ("2.13.0", "2.13.0+cpu"), ("1.26.4", "1.26.4+local.build1")]
     for pinned, inst in same:
         rows = _rows(pin_drift, {"pkg": inst}, {"pkg": pinned}, f"pinned {pinned}, installed {inst}")
-        expect(rows == [], f"pinned {pinned!r}, installed {inst!r}: the same version to pip (trailing zeros do not "
-                           "count, and a local label after '+' such as a CPU build tag still satisfies the pin): no "
-                           f"row expected; got {rows!r}")
+        expect(
+            rows == [],
+            f"pinned {pinned!r}, installed {inst!r}: the same version to pip (trailing zeros do not "
+            "count, and a local label after '+' such as a CPU build tag still satisfies the pin): no "
+            f"row expected; got {rows!r}",
+        )
     # the same versions in spellings pip accepts but does not write: a leading v, a separator before a pre- or
     # post-release, upper case, a long form, leading zeros; on either side
-    same = [("2.0rc1", "2.0.0-RC1"), ("1.0", "v1.0"), ("1.0.post1", "1.0-1"), ("1.0a1", "1.0.alpha1"), ("2.1", "02.01"),
-            ("1.0.dev3", "1.0-dev3"), ("v3.2", "3.2.0"), ("1.4.0-RC2", "1.4rc2+cu121")]
+    same = [
+        ("2.0rc1", "2.0.0-RC1"),
+        ("1.0", "v1.0"),
+        ("1.0.post1", "1.0-1"),
+        ("1.0a1", "1.0.alpha1"),
+        ("2.1", "02.01"),
+        ("1.0.dev3", "1.0-dev3"),
+        ("v3.2", "3.2.0"),
+        ("1.4.0-RC2", "1.4rc2+cu121"),
+    ]
     for pinned, inst in same:
         rows = _rows(pin_drift, {"pkg": inst}, {"pkg": pinned}, f"pinned {pinned}, installed {inst}")
-        expect(rows == [], f"pinned {pinned!r}, installed {inst!r}: the same version to pip, spelled another way "
-                           "(pip reads a leading 'v', '-RC1' as 'rc1', '-1' as '.post1', 'alpha' as 'a', '02' as '2'): "
-                           f"no row expected; got {rows!r}. Parse both with packaging.version.Version rather than "
-                           "tidying the text yourself")
-    differ = [("1.1", "1.10"), ("2.0", "2.0rc1"), ("2.0.1", "2.0rc1"), ("0.61.0", "0.61.1"), ("2.13.0", "2.12.0+cpu"),
-              ("1.0", "1.0.post1"), ("2.0", "2.0.0-RC1"), ("V1.2", "1.2-post3"), ("1.0", "1.0.dev3")]
+        expect(
+            rows == [],
+            f"pinned {pinned!r}, installed {inst!r}: the same version to pip, spelled another way "
+            "(pip reads a leading 'v', '-RC1' as 'rc1', '-1' as '.post1', 'alpha' as 'a', '02' as '2'): "
+            f"no row expected; got {rows!r}. Parse both with packaging.version.Version rather than "
+            "tidying the text yourself",
+        )
+    differ = [
+        ("1.1", "1.10"),
+        ("2.0", "2.0rc1"),
+        ("2.0.1", "2.0rc1"),
+        ("0.61.0", "0.61.1"),
+        ("2.13.0", "2.12.0+cpu"),
+        ("1.0", "1.0.post1"),
+        ("2.0", "2.0.0-RC1"),
+        ("V1.2", "1.2-post3"),
+        ("1.0", "1.0.dev3"),
+    ]
     for pinned, inst in differ:
         rows = _rows(pin_drift, {"pkg": inst}, {"pkg": pinned}, f"pinned {pinned}, installed {inst}")
-        expect(len(rows) == 1 and rows[0]["kind"] == "differs",
-               f"pinned {pinned!r}, installed {inst!r}: different versions, so one 'differs' row expected; got "
-               f"{rows!r}")
-        expect(rows[0]["installed"] == inst and rows[0]["pinned"] == pinned,
-               f"pinned {pinned!r}, installed {inst!r}: report both versions exactly as given (nothing stripped); "
-               f"got pinned {rows[0]['pinned']!r}, installed {rows[0]['installed']!r}")
+        expect(
+            len(rows) == 1 and rows[0]["kind"] == "differs",
+            f"pinned {pinned!r}, installed {inst!r}: different versions, so one 'differs' row expected; got {rows!r}",
+        )
+        expect(
+            rows[0]["installed"] == inst and rows[0]["pinned"] == pinned,
+            f"pinned {pinned!r}, installed {inst!r}: report both versions exactly as given (nothing stripped); "
+            f"got pinned {rows[0]['pinned']!r}, installed {rows[0]['installed']!r}",
+        )

@@ -21,6 +21,7 @@ The checks are derived from what the function must guarantee:
     2-D" is tried with 1-D, 3-D and 0-D inputs and with one 2-D input beside one that is not;
   - on random cases (sizes, padding, duplicates, widths) the value equals the definition's.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,16 +39,20 @@ def reference(approx_ids, exact_ids, k) -> float:
 
 def _value(recall_at_k, approx, exact, k, what):
     got = recall_at_k(approx, exact, k)
-    expect(isinstance(got, (float, np.floating)) and np.ndim(got) == 0,
-           f"{what}: recall_at_k should return one float; got {got!r} ({type(got).__name__})")
+    expect(
+        isinstance(got, (float, np.floating)) and np.ndim(got) == 0,
+        f"{what}: recall_at_k should return one float; got {got!r} ({type(got).__name__})",
+    )
     return float(got)
 
 
 def _same(recall_at_k, approx, exact, k, what, why=""):
     want = reference(approx, exact, k)
     got = _value(recall_at_k, approx, exact, k, what)
-    expect(abs(got - want) < 1e-9, f"{what}, k={k}: recall should be {want:.4g}; got {got:.4g}" +
-           (f" - {why}" if why else ""))
+    expect(
+        abs(got - want) < 1e-9,
+        f"{what}, k={k}: recall should be {want:.4g}; got {got:.4g}" + (f" - {why}" if why else ""),
+    )
     return got
 
 
@@ -59,53 +64,129 @@ def _rows(*rows, dtype=np.int64):
 def check_values(recall_at_k):
     exact = _rows([1, 2, 3, 4], [10, 11, 12, 13])
     _same(recall_at_k, exact.copy(), exact, 4, "the approximate ids equal the exact ones", "the same top-k is 1.0")
-    _same(recall_at_k, _rows([4, 3, 2, 1], [13, 12, 11, 10]), exact, 4, "the same ids in another order",
-          "recall counts which ids were found, not where in the row")
+    _same(
+        recall_at_k,
+        _rows([4, 3, 2, 1], [13, 12, 11, 10]),
+        exact,
+        4,
+        "the same ids in another order",
+        "recall counts which ids were found, not where in the row",
+    )
     _same(recall_at_k, _rows([5, 6, 7, 8], [20, 21, 22, 23]), exact, 4, "no id in common", "nothing found is 0.0")
-    _same(recall_at_k, _rows([1, 2, 9, 8], [10, 30, 31, 32]), exact, 4,
-          "query 0 finds 2 of 4, query 1 finds 1 of 4", "the mean of 2/4 and 1/4 is 0.375")
+    _same(
+        recall_at_k,
+        _rows([1, 2, 9, 8], [10, 30, 31, 32]),
+        exact,
+        4,
+        "query 0 finds 2 of 4, query 1 finds 1 of 4",
+        "the mean of 2/4 and 1/4 is 0.375",
+    )
     _same(recall_at_k, _rows([7, 3, 1, 5, 2]), _rows([1, 2, 3, 4, 5]), 5, "a single query finding 4 of 5")
     three = _rows([1, 2, 3], [4, 5, 6], [7, 8, 9])
-    _same(recall_at_k, _rows([1, 2, 3], [4, 0, 0], [0, 0, 0]), three, 3, "three queries finding 3, 1 and 0 of 3",
-          "a mean over queries stays between 0 and 1: (1 + 1/3 + 0) / 3")
+    _same(
+        recall_at_k,
+        _rows([1, 2, 3], [4, 0, 0], [0, 0, 0]),
+        three,
+        3,
+        "three queries finding 3, 1 and 0 of 3",
+        "a mean over queries stays between 0 and 1: (1 + 1/3 + 0) / 3",
+    )
 
 
 @check(LAB, "only the first k columns count, and k is the argument")
 def check_first_k(recall_at_k):
     exact = _rows(list(range(0, 8)), list(range(100, 108)))
     approx = _rows([0, 1, 50, 51, 2, 3, 4, 5], [100, 60, 61, 62, 101, 102, 103, 104])
-    _same(recall_at_k, approx, exact, 4, "8 columns but k=4",
-          "only the first k of each row count: ids found further down the approximate list are not in its top k")
+    _same(
+        recall_at_k,
+        approx,
+        exact,
+        4,
+        "8 columns but k=4",
+        "only the first k of each row count: ids found further down the approximate list are not in its top k",
+    )
     _same(recall_at_k, approx, exact, 1, "k=1: is the very best result the exact best?")
     _same(recall_at_k, approx, exact, 8, "k=8, the full width")
-    _same(recall_at_k, approx[:, :3], exact, 3, "approx has 3 columns, exact 8, k=3",
-          "both arrays are cut to their first k columns, whatever their widths")
+    _same(
+        recall_at_k,
+        approx[:, :3],
+        exact,
+        3,
+        "approx has 3 columns, exact 8, k=3",
+        "both arrays are cut to their first k columns, whatever their widths",
+    )
     _same(recall_at_k, exact, approx[:, :5], 2, "approx has 8 columns, exact 5, k=2")
     wide = np.arange(40).reshape(2, 20)
-    _same(recall_at_k, wide[:, ::-1].copy(), wide, 10, "20 columns, k=10, the approx rows reversed",
-          "use the k you are given")
+    _same(
+        recall_at_k,
+        wide[:, ::-1].copy(),
+        wide,
+        10,
+        "20 columns, k=10, the approx rows reversed",
+        "use the k you are given",
+    )
     _same(recall_at_k, wide, wide, 20, "20 columns, k=20")
-    _same(recall_at_k, approx, exact, np.int64(3), "k given as np.int64(3) (numpy's integer, e.g. from a sweep)",
-          "np.int64 is a whole number too")
+    _same(
+        recall_at_k,
+        approx,
+        exact,
+        np.int64(3),
+        "k given as np.int64(3) (numpy's integer, e.g. from a sweep)",
+        "np.int64 is a whole number too",
+    )
 
 
 @check(LAB, "-1 padding is never a hit; duplicates count once")
 def check_padding_and_duplicates(recall_at_k):
-    _same(recall_at_k, _rows([4, 7, -1, -1]), _rows([4, 7, 9, 11]), 4,
-          "approx found only 2 results (-1 padding) in a corpus that has 4", "2 of the 4 exact neighbours: 0.5")
-    _same(recall_at_k, _rows([4, 7, -1, -1]), _rows([7, 4, -1, -1]), 4,
-          "both rows padded with -1 (a corpus smaller than k)",
-          "-1 means 'no result': two missing results are not a neighbour found")
+    _same(
+        recall_at_k,
+        _rows([4, 7, -1, -1]),
+        _rows([4, 7, 9, 11]),
+        4,
+        "approx found only 2 results (-1 padding) in a corpus that has 4",
+        "2 of the 4 exact neighbours: 0.5",
+    )
+    _same(
+        recall_at_k,
+        _rows([4, 7, -1, -1]),
+        _rows([7, 4, -1, -1]),
+        4,
+        "both rows padded with -1 (a corpus smaller than k)",
+        "-1 means 'no result': two missing results are not a neighbour found",
+    )
     _same(recall_at_k, _rows([-1, -1, -1]), _rows([-1, -1, -1]), 3, "no result at all in either row")
-    _same(recall_at_k, _rows([-1, 5, 6, 9]), _rows([5, 6, 7, 9]), 2, "approx [-1, 5, ...], exact [5, 6, ...], k=2",
-          "cut to the first k first: the approx top 2 is [-1, 5], so 1 of 2 is found (dropping -1 before cutting "
-          "would let a third column in)")
-    _same(recall_at_k, _rows([3, 3, 3, 3]), _rows([3, 4, 5, 6]), 4, "an approx row [3, 3, 3, 3]",
-          "an id repeated within a row is one neighbour: 1 of 4")
-    _same(recall_at_k, _rows([3, 4, 5, 6]), _rows([3, 3, 4, 4]), 4, "an exact row with repeats [3, 3, 4, 4]",
-          "2 distinct ids in common, over k=4")
-    _same(recall_at_k, _rows([1, 2, 3], [4, 5, 6], dtype=np.int32), _rows([1, 2, 9], [4, 8, 9]), 3,
-          "int32 approx ids against int64 exact ids")
+    _same(
+        recall_at_k,
+        _rows([-1, 5, 6, 9]),
+        _rows([5, 6, 7, 9]),
+        2,
+        "approx [-1, 5, ...], exact [5, 6, ...], k=2",
+        "cut to the first k first: the approx top 2 is [-1, 5], so 1 of 2 is found (dropping -1 before cutting "
+        "would let a third column in)",
+    )
+    _same(
+        recall_at_k,
+        _rows([3, 3, 3, 3]),
+        _rows([3, 4, 5, 6]),
+        4,
+        "an approx row [3, 3, 3, 3]",
+        "an id repeated within a row is one neighbour: 1 of 4",
+    )
+    _same(
+        recall_at_k,
+        _rows([3, 4, 5, 6]),
+        _rows([3, 3, 4, 4]),
+        4,
+        "an exact row with repeats [3, 3, 4, 4]",
+        "2 distinct ids in common, over k=4",
+    )
+    _same(
+        recall_at_k,
+        _rows([1, 2, 3], [4, 5, 6], dtype=np.int32),
+        _rows([1, 2, 9], [4, 8, 9]),
+        3,
+        "int32 approx ids against int64 exact ids",
+    )
     _same(recall_at_k, [[1, 2, 3], [4, 5, 6]], [[3, 2, 1], [7, 8, 9]], 3, "two Python lists of lists")
 
 
@@ -114,9 +195,11 @@ def _expect_value_error(recall_at_k, approx, exact, k, what, names):
     try:
         got = recall_at_k(approx, exact, k)
     except ValueError as e:
-        expect(any(n in str(e) for n in names),
-               f"{what}: a ValueError, good, but its message {str(e)!r} does not say what is wrong: name the value at "
-               f"fault (for example {names[0]!r})")
+        expect(
+            any(n in str(e) for n in names),
+            f"{what}: a ValueError, good, but its message {str(e)!r} does not say what is wrong: name the value at "
+            f"fault (for example {names[0]!r})",
+        )
         return
     except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this names
         expect(False, f"{what}: raise a ValueError that says what is wrong; got {type(e).__name__}: {e}")
@@ -127,26 +210,38 @@ def _expect_value_error(recall_at_k, approx, exact, k, what, names):
 def check_errors(recall_at_k):
     a = _rows([1, 2, 3], [4, 5, 6])
     dims = ["2-D", "2D", "2 dim", "two-dim", "ndim", "dimension", "shape"]
-    _expect_value_error(recall_at_k, a, a, 4, "k=4 with only 3 columns (asking for more results than returned)",
-                        ["4", "3"])
+    _expect_value_error(
+        recall_at_k, a, a, 4, "k=4 with only 3 columns (asking for more results than returned)", ["4", "3"]
+    )
     _expect_value_error(recall_at_k, a, a[:, :2], 3, "k=3 but the exact array has only 2 columns", ["3", "2"])
     _expect_value_error(recall_at_k, a[:, :2], a, 3, "k=3 but the approx array has only 2 columns", ["3", "2"])
     _expect_value_error(recall_at_k, a, a, 0, "k=0", ["0", "k"])
     _expect_value_error(recall_at_k, a, a, -2, "k=-2", ["-2", "k"])
-    _expect_value_error(recall_at_k, a, a[:1], 2, "2 approx rows against 1 exact row (not the same queries)",
-                        ["2", "1", "rows", "queries"])
+    _expect_value_error(
+        recall_at_k,
+        a,
+        a[:1],
+        2,
+        "2 approx rows against 1 exact row (not the same queries)",
+        ["2", "1", "rows", "queries"],
+    )
     empty = np.zeros((0, 5), dtype=np.int64)
-    _expect_value_error(recall_at_k, empty, empty, 5, "zero queries (recall over nothing is not a number)",
-                        ["0", "no quer", "empty"])
-    _expect_value_error(recall_at_k, np.array([1, 2, 3]), np.array([1, 2, 3]), 2, "1-D arrays (one row, not 2-D)",
-                        dims + ["(3,)"])
+    _expect_value_error(
+        recall_at_k, empty, empty, 5, "zero queries (recall over nothing is not a number)", ["0", "no quer", "empty"]
+    )
+    _expect_value_error(
+        recall_at_k, np.array([1, 2, 3]), np.array([1, 2, 3]), 2, "1-D arrays (one row, not 2-D)", dims + ["(3,)"]
+    )
     cube = np.arange(24).reshape(2, 3, 4)
-    _expect_value_error(recall_at_k, cube, cube, 2, "3-D arrays of shape (2, 3, 4) (a batch of results, not 2-D)",
-                        dims + ["(2, 3, 4)"])
-    _expect_value_error(recall_at_k, a, cube, 2, "approx of shape (2, 3) against exact of shape (2, 3, 4)",
-                        dims + ["(2, 3, 4)"])
-    _expect_value_error(recall_at_k, np.int64(5), np.int64(5), 1, "two single ids (0-D), not arrays of rows",
-                        dims + ["()"])
+    _expect_value_error(
+        recall_at_k, cube, cube, 2, "3-D arrays of shape (2, 3, 4) (a batch of results, not 2-D)", dims + ["(2, 3, 4)"]
+    )
+    _expect_value_error(
+        recall_at_k, a, cube, 2, "approx of shape (2, 3) against exact of shape (2, 3, 4)", dims + ["(2, 3, 4)"]
+    )
+    _expect_value_error(
+        recall_at_k, np.int64(5), np.int64(5), 1, "two single ids (0-D), not arrays of rows", dims + ["()"]
+    )
 
 
 @check(LAB, "agrees with the definition on random cases")
@@ -157,9 +252,15 @@ def check_random(recall_at_k):
         wa, we = k + int(rng.integers(0, 4)), k + int(rng.integers(0, 4))
         universe = int(rng.integers(k, 4 * k + 2))
         exact = np.stack([rng.choice(universe, we, replace=universe < we) for _ in range(q)])
-        approx = np.where(rng.random((q, wa)) < 0.6, exact[:, rng.integers(0, we, wa)],
-                          rng.integers(0, universe, (q, wa)))
+        approx = np.where(
+            rng.random((q, wa)) < 0.6, exact[:, rng.integers(0, we, wa)], rng.integers(0, universe, (q, wa))
+        )
         for arr, p in ((approx, 0.15), (exact, 0.05)):
             arr[rng.random(arr.shape) < p] = -1
-        _same(recall_at_k, approx.astype(rng.choice([np.int32, np.int64])), exact, k,
-              f"random case #{case} ({q} queries, approx {approx.shape}, exact {exact.shape})")
+        _same(
+            recall_at_k,
+            approx.astype(rng.choice([np.int32, np.int64])),
+            exact,
+            k,
+            f"random case #{case} ({q} queries, approx {approx.shape}, exact {exact.shape})",
+        )

@@ -23,6 +23,7 @@ The checks are derived from what each function must guarantee:
       claimed next in their old order, before jobs that were still queued; no job is lost or duplicated even
       if the reclaimer dies part-way; end to end, a worker that claims and dies loses nothing.
 """
+
 from __future__ import annotations
 
 import time
@@ -60,9 +61,13 @@ def _push(r, queue, jobs):
 
 
 def _timed(fn, *args, limit_s=3.0, what=""):
-    return within_time(lambda: fn(*args), limit_s,
-                       f"{what} did not return within {limit_s:.0f} s: a worker must be able to poll an empty queue "
-                       "and get None (a blocking move needs a timeout; 0 means wait forever)", name="ailab-ex-queue")
+    return within_time(
+        lambda: fn(*args),
+        limit_s,
+        f"{what} did not return within {limit_s:.0f} s: a worker must be able to poll an empty queue "
+        "and get None (a blocking move needs a timeout; 0 means wait forever)",
+        name="ailab-ex-queue",
+    )
 
 
 class Died(ConnectionError):
@@ -97,33 +102,53 @@ def check_claim(claim):
     got = claim(r, queue, processing)
     expect(got is not None, "claim() on a queue holding 3 jobs returned None")
     expect(isinstance(got, (bytes, str)), f"claim() should return the job itself (bytes or str); got {got!r}")
-    expect(_s(got) == "job-1", f"producers LPUSH job-1, job-2, job-3: the oldest, job-1, is at the right end and "
-                               f"is claimed first (FIFO); claim() returned {_s(got)!r}")
-    expect(_list(r, queue) == ["job-3", "job-2"], f"after claiming job-1 the queue should hold ['job-3', 'job-2'] "
-                                                  f"(LRANGE order); it holds {_list(r, queue)}")
-    expect(_list(r, processing) == ["job-1"], f"the claimed job must wait in the processing list until it is acked, "
-                                              f"so a crash cannot lose it; processing holds {_list(r, processing)}")
+    expect(
+        _s(got) == "job-1",
+        f"producers LPUSH job-1, job-2, job-3: the oldest, job-1, is at the right end and "
+        f"is claimed first (FIFO); claim() returned {_s(got)!r}",
+    )
+    expect(
+        _list(r, queue) == ["job-3", "job-2"],
+        f"after claiming job-1 the queue should hold ['job-3', 'job-2'] (LRANGE order); it holds {_list(r, queue)}",
+    )
+    expect(
+        _list(r, processing) == ["job-1"],
+        f"the claimed job must wait in the processing list until it is acked, "
+        f"so a crash cannot lose it; processing holds {_list(r, processing)}",
+    )
     expect(_s(claim(r, queue, processing)) == "job-2", "the second claim should return job-2 (FIFO)")
-    expect(_list(r, processing) == ["job-2", "job-1"], f"claimed jobs enter processing at its left end, like "
-                                                       f"ailab.workers: it should be ['job-2', 'job-1'], it is "
-                                                       f"{_list(r, processing)}")
+    expect(
+        _list(r, processing) == ["job-2", "job-1"],
+        f"claimed jobs enter processing at its left end, like "
+        f"ailab.workers: it should be ['job-2', 'job-1'], it is "
+        f"{_list(r, processing)}",
+    )
     other_q, other_p = keys("claim-other")
     _push(r, other_q, ["x-1"])
-    expect(_s(claim(r, other_q, other_p)) == "x-1" and _list(r, other_p) == ["x-1"],
-           "claim() from a second queue into a second processing list: use the queue and processing arguments")
+    expect(
+        _s(claim(r, other_q, other_p)) == "x-1" and _list(r, other_p) == ["x-1"],
+        "claim() from a second queue into a second processing list: use the queue and processing arguments",
+    )
     expect(_list(r, queue) == ["job-3"], "claiming from another queue must not touch this one")
     expect(_s(claim(r, queue, processing)) == "job-3", "the third claim should return job-3")
     odd_q, odd_p = keys("claim-odd")
-    r.lpush(odd_q, b"", b"\x80\xff binary")              # an empty job, then one that is not UTF-8
+    r.lpush(odd_q, b"", b"\x80\xff binary")  # an empty job, then one that is not UTF-8
     first = claim(r, odd_q, odd_p)
-    expect(first is not None and bytes(first.encode() if isinstance(first, str) else first) == b"",
-           f"the oldest job is the empty string b''; claim() returned {first!r}. An empty job is still a job: test the "
-           "reply with `is None`, not by its truth value")
+    expect(
+        first is not None and bytes(first.encode() if isinstance(first, str) else first) == b"",
+        f"the oldest job is the empty string b''; claim() returned {first!r}. An empty job is still a job: test the "
+        "reply with `is None`, not by its truth value",
+    )
     second = claim(r, odd_q, odd_p)
-    expect(second == b"\x80\xff binary", f"a job is bytes, and need not be text: claim() should return "
-                                          f"b'\\x80\\xff binary' as Redis gave it; got {second!r}")
-    expect(r.llen(odd_q) == 0 and r.lrange(odd_p, 0, -1) == [b"\x80\xff binary", b""],
-           f"both odd jobs should now be in processing; it holds {r.lrange(odd_p, 0, -1)}")
+    expect(
+        second == b"\x80\xff binary",
+        f"a job is bytes, and need not be text: claim() should return "
+        f"b'\\x80\\xff binary' as Redis gave it; got {second!r}",
+    )
+    expect(
+        r.llen(odd_q) == 0 and r.lrange(odd_p, 0, -1) == [b"\x80\xff binary", b""],
+        f"both odd jobs should now be in processing; it holds {r.lrange(odd_p, 0, -1)}",
+    )
     t0 = time.monotonic()
     out = _timed(claim, r, queue, processing, what="claim() on an empty queue")
     expect(out is None, f"claim() on an empty queue should return None; got {out!r}")
@@ -133,42 +158,59 @@ def check_claim(claim):
     jobs = [f"d-{i}" for i in range(25)]
     _push(r, queue, jobs)
     seen = [_s(claim(r, queue, processing)) for _ in range(25)]
-    expect(seen == jobs, f"25 jobs claimed one by one should come out in the order they were pushed, each once; "
-                         f"got {seen[:6]}...")
-    expect(r.llen(queue) == 0 and r.llen(processing) == 25, f"after draining 25 jobs the queue should be empty and "
-                                                            f"processing hold 25; they hold {r.llen(queue)} and "
-                                                            f"{r.llen(processing)}")
+    expect(
+        seen == jobs,
+        f"25 jobs claimed one by one should come out in the order they were pushed, each once; got {seen[:6]}...",
+    )
+    expect(
+        r.llen(queue) == 0 and r.llen(processing) == 25,
+        f"after draining 25 jobs the queue should be empty and "
+        f"processing hold 25; they hold {r.llen(queue)} and "
+        f"{r.llen(processing)}",
+    )
 
 
 @check(LAB, "ack removes exactly the job it is given")
 def check_ack(ack):
     r = redis_client()
     queue, processing = keys("ack")
-    r.rpush(processing, "c", "b", "a")               # claimed a, then b, then c (newest on the left)
+    r.rpush(processing, "c", "b", "a")  # claimed a, then b, then c (newest on the left)
     _push(r, queue, ["q-1"])
     out = ack(r, processing, b"b")
     expect(out is None or isinstance(out, (int, bool)), f"ack() returned {out!r}; it needs to return nothing")
-    expect(_list(r, processing) == ["c", "a"], f"ack(job 'b') should leave ['c', 'a'] in processing, in order; it "
-                                               f"holds {_list(r, processing)}: remove the job you are given, not "
-                                               "the oldest or newest")
+    expect(
+        _list(r, processing) == ["c", "a"],
+        f"ack(job 'b') should leave ['c', 'a'] in processing, in order; it "
+        f"holds {_list(r, processing)}: remove the job you are given, not "
+        "the oldest or newest",
+    )
     expect(_list(r, queue) == ["q-1"], f"ack() must not touch the queue; it holds {_list(r, queue)}")
     ack(r, processing, "a")
-    expect(_list(r, processing) == ["c"], f"ack('a') given as str should remove it too; processing holds "
-                                          f"{_list(r, processing)}")
+    expect(
+        _list(r, processing) == ["c"],
+        f"ack('a') given as str should remove it too; processing holds {_list(r, processing)}",
+    )
     r.delete(processing)
-    r.rpush(processing, "dup", "other", "dup")       # the same job held twice (it was reclaimed and claimed again)
+    r.rpush(processing, "dup", "other", "dup")  # the same job held twice (it was reclaimed and claimed again)
     ack(r, processing, b"dup")
-    expect(sorted(_list(r, processing)) == ["dup", "other"], f"processing held 'dup' twice; one ack removes exactly "
-                                                             f"one copy, leaving ['dup', 'other'] in some order; it "
-                                                             f"holds {_list(r, processing)}")
+    expect(
+        sorted(_list(r, processing)) == ["dup", "other"],
+        f"processing held 'dup' twice; one ack removes exactly "
+        f"one copy, leaving ['dup', 'other'] in some order; it "
+        f"holds {_list(r, processing)}",
+    )
     ack(r, processing, b"missing")
-    expect(sorted(_list(r, processing)) == ["dup", "other"], "acking a job that is not in processing (a second ack) "
-                                                             "must change nothing")
+    expect(
+        sorted(_list(r, processing)) == ["dup", "other"],
+        "acking a job that is not in processing (a second ack) must change nothing",
+    )
     other = keys("ack-other")[1]
     r.rpush(other, "dup")
     ack(r, other, b"dup")
-    expect(r.llen(other) == 0 and sorted(_list(r, processing)) == ["dup", "other"],
-           "ack() on a second processing list: use the processing argument")
+    expect(
+        r.llen(other) == 0 and sorted(_list(r, processing)) == ["dup", "other"],
+        "ack() on a second processing list: use the processing argument",
+    )
 
 
 @check(LAB, "reclaim puts back what a dead worker held, oldest first")
@@ -176,38 +218,55 @@ def check_reclaim(claim, reclaim):
     r = redis_client()
     queue, processing = keys("reclaim")
     out = reclaim(r, processing, queue)
-    expect(isinstance(out, int) and not isinstance(out, bool) and out == 0,
-           f"reclaim() of an empty processing list should return 0 (an int); got {out!r}")
+    expect(
+        isinstance(out, int) and not isinstance(out, bool) and out == 0,
+        f"reclaim() of an empty processing list should return 0 (an int); got {out!r}",
+    )
     jobs = [f"j-{i}" for i in range(6)]
     _push(r, queue, jobs)
-    held = [_s(claim(r, queue, processing)) for _ in range(3)]          # a worker takes 3, then dies
+    held = [_s(claim(r, queue, processing)) for _ in range(3)]  # a worker takes 3, then dies
     expect(held == jobs[:3], f"claim() should have returned {jobs[:3]}; got {held}")
     out = reclaim(r, processing, queue)
-    expect(isinstance(out, int) and not isinstance(out, bool), f"reclaim() should return how many jobs it moved "
-                                                               f"(an int); got {out!r}")
+    expect(
+        isinstance(out, int) and not isinstance(out, bool),
+        f"reclaim() should return how many jobs it moved (an int); got {out!r}",
+    )
     expect(out == 3, f"the dead worker held 3 jobs; reclaim() returned {out}")
-    expect(r.llen(processing) == 0, f"after reclaim() the dead worker's processing list should be empty; it holds "
-                                    f"{_list(r, processing)}")
-    expect(sorted(_list(r, queue)) == sorted(jobs), f"after reclaim() the queue should hold all 6 jobs once; it "
-                                                    f"holds {_list(r, queue)}")
+    expect(
+        r.llen(processing) == 0,
+        f"after reclaim() the dead worker's processing list should be empty; it holds {_list(r, processing)}",
+    )
+    expect(
+        sorted(_list(r, queue)) == sorted(jobs),
+        f"after reclaim() the queue should hold all 6 jobs once; it holds {_list(r, queue)}",
+    )
     other = keys("reclaim-next")[1]
     nxt = [_s(claim(r, queue, other)) for _ in range(6)]
-    expect(nxt[:3] == jobs[:3], f"reclaimed jobs have waited longest: they go back to the queue's consuming end and "
-                                f"are claimed next, in their old order {jobs[:3]}; the next claims returned {nxt[:3]}")
-    expect(nxt[3:] == jobs[3:], f"after the reclaimed jobs, the ones still queued follow in order {jobs[3:]}; got "
-                                f"{nxt[3:]}")
+    expect(
+        nxt[:3] == jobs[:3],
+        f"reclaimed jobs have waited longest: they go back to the queue's consuming end and "
+        f"are claimed next, in their old order {jobs[:3]}; the next claims returned {nxt[:3]}",
+    )
+    expect(
+        nxt[3:] == jobs[3:],
+        f"after the reclaimed jobs, the ones still queued follow in order {jobs[3:]}; got {nxt[3:]}",
+    )
     q3, p3 = keys("reclaim-empty-job")
-    r.rpush(p3, "k-3", "", "k-1")                        # an empty job in the middle of what the worker held
+    r.rpush(p3, "k-3", "", "k-1")  # an empty job in the middle of what the worker held
     out = reclaim(r, p3, q3)
-    expect(out == 3 and r.llen(p3) == 0 and sorted(r.lrange(q3, 0, -1)) == [b"", b"k-1", b"k-3"],
-           f"the dead worker held 'k-3', '' (an empty job) and 'k-1': reclaim() should move all 3 and return 3; it "
-           f"returned {out!r}, leaving {r.lrange(p3, 0, -1)} in processing - loop until the move returns None "
-           "(`is None`), not until it returns something false")
+    expect(
+        out == 3 and r.llen(p3) == 0 and sorted(r.lrange(q3, 0, -1)) == [b"", b"k-1", b"k-3"],
+        f"the dead worker held 'k-3', '' (an empty job) and 'k-1': reclaim() should move all 3 and return 3; it "
+        f"returned {out!r}, leaving {r.lrange(p3, 0, -1)} in processing - loop until the move returns None "
+        "(`is None`), not until it returns something false",
+    )
     q2, p2 = keys("reclaim-args")
     r.rpush(p2, "z-2", "z-1")
-    expect(reclaim(r, p2, q2) == 2 and _list(r, q2) == ["z-2", "z-1"] and r.llen(p2) == 0,
-           f"reclaim() on another processing list and queue: use the arguments (queue {_list(r, q2)}, processing "
-           f"{_list(r, p2)})")
+    expect(
+        reclaim(r, p2, q2) == 2 and _list(r, q2) == ["z-2", "z-1"] and r.llen(p2) == 0,
+        f"reclaim() on another processing list and queue: use the arguments (queue {_list(r, q2)}, processing "
+        f"{_list(r, p2)})",
+    )
 
 
 @check(LAB, "a worker that dies at any moment loses no job")
@@ -221,10 +280,12 @@ def check_crash_safety(claim, ack, reclaim):
         except Died:
             pass
         everything = _list(r, queue) + _list(r, processing)
-        expect(sorted(everything) == ["a", "b", "c"],
-               f"a worker died during claim() after {lives} Redis call(s): queue + processing now hold "
-               f"{everything}, not a, b, c once each. Move the job in one atomic command, so there is no moment "
-               "when it is in neither list")
+        expect(
+            sorted(everything) == ["a", "b", "c"],
+            f"a worker died during claim() after {lives} Redis call(s): queue + processing now hold "
+            f"{everything}, not a, b, c once each. Move the job in one atomic command, so there is no moment "
+            "when it is in neither list",
+        )
     for lives in range(0, 8):
         queue, processing = keys("die-reclaim")
         _push(r, queue, ["q"])
@@ -234,27 +295,35 @@ def check_crash_safety(claim, ack, reclaim):
         except Died:
             pass
         everything = _list(r, queue) + _list(r, processing)
-        expect(sorted(everything) == ["h-1", "h-2", "h-3", "q"],
-               f"the reclaimer died after {lives} Redis call(s): queue + processing now hold {everything}, not each "
-               "job once. Move jobs one atomic command at a time, never read-delete-push")
+        expect(
+            sorted(everything) == ["h-1", "h-2", "h-3", "q"],
+            f"the reclaimer died after {lives} Redis call(s): queue + processing now hold {everything}, not each "
+            "job once. Move jobs one atomic command at a time, never read-delete-push",
+        )
     queue, processing = keys("end-to-end")
     jobs = [f"e-{i}" for i in range(20)]
     _push(r, queue, jobs)
     done = []
-    for _ in range(5):                                  # worker A: claims 5, finishes 2, dies holding 3
+    for _ in range(5):  # worker A: claims 5, finishes 2, dies holding 3
         job = claim(r, queue, processing)
         if len(done) < 2:
             done.append(_s(job))
             ack(r, processing, job)
-    expect(r.llen(processing) == 3, f"worker A claimed 5 jobs and acked 2: its processing list should hold 3; it "
-                                    f"holds {r.llen(processing)}")
+    expect(
+        r.llen(processing) == 3,
+        f"worker A claimed 5 jobs and acked 2: its processing list should hold 3; it holds {r.llen(processing)}",
+    )
     expect(reclaim(r, processing, queue) == 3, "reclaim() of worker A's list should move its 3 unfinished jobs")
     b_processing = keys("end-to-end-b")[1]
-    while (job := claim(r, queue, b_processing)) is not None:   # worker B does the rest
+    while (job := claim(r, queue, b_processing)) is not None:  # worker B does the rest
         done.append(_s(job))
         ack(r, b_processing, job)
-    expect(sorted(done) == sorted(jobs) and len(done) == 20,
-           f"end to end, every job should be done exactly once; missing {sorted(set(jobs) - set(done))}, done twice "
-           f"{sorted({j for j in done if done.count(j) > 1})}")
-    expect(r.llen(b_processing) == 0 and r.llen(processing) == 0, "after the work is done, no processing list holds "
-                                                                  "anything")
+    expect(
+        sorted(done) == sorted(jobs) and len(done) == 20,
+        f"end to end, every job should be done exactly once; missing {sorted(set(jobs) - set(done))}, done twice "
+        f"{sorted({j for j in done if done.count(j) > 1})}",
+    )
+    expect(
+        r.llen(b_processing) == 0 and r.llen(processing) == 0,
+        "after the work is done, no processing list holds anything",
+    )

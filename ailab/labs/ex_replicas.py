@@ -21,6 +21,7 @@ The checks are derived from what the function must guarantee:
   - numbers as numpy gives them (np.float64, np.int64) are numbers: the answer is still a plain int;
   - the direction: more headroom or more load never needs fewer replicas.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,10 @@ def _call(fn, *args, why="", **kwargs):
 
 def _expect_n(fn, want, *args, why="", **kwargs):
     got, call = _call(fn, *args, why=why, **kwargs)
-    expect(isinstance(got, int) and not isinstance(got, bool),
-           f"{call} should return an int (a number of replicas); got {got!r} ({type(got).__name__})")
+    expect(
+        isinstance(got, int) and not isinstance(got, bool),
+        f"{call} should return an int (a number of replicas); got {got!r} ({type(got).__name__})",
+    )
     expect(got == want, f"{call} should be {want}; got {got}" + (f" - {why}" if why else ""))
     return got
 
@@ -55,25 +58,41 @@ def _expect_error(fn, must_name, *args, why="", **kwargs):
     shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
     call = f"replicas_needed({shown})"
     try:
-        got = within_time(lambda: fn(*args, **kwargs), 2.0,
-                          f"{call} did not return within 2 s: a loop that adds replicas until they cover the target "
-                          f"never ends there - refuse it with a ValueError naming {must_name!r}" +
-                          (f" ({why})" if why else ""), name="ailab-ex-replicas")
+        got = within_time(
+            lambda: fn(*args, **kwargs),
+            2.0,
+            f"{call} did not return within 2 s: a loop that adds replicas until they cover the target "
+            f"never ends there - refuse it with a ValueError naming {must_name!r}" + (f" ({why})" if why else ""),
+            name="ailab-ex-replicas",
+        )
     except ValueError as e:
-        expect(must_name in str(e), f"{call} raised ValueError({str(e)!r}): good, but the message should name "
-                                    f"{must_name!r} so whoever reads it knows what to fix")
+        expect(
+            must_name in str(e),
+            f"{call} raised ValueError({str(e)!r}): good, but the message should name "
+            f"{must_name!r} so whoever reads it knows what to fix",
+        )
         return
     except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this names
-        expect(False, f"{call} raised {type(e).__name__}: {e}; raise a ValueError that names {must_name!r} "
-                      "instead" + (f" - {why}" if why else ""))
-    expect(False, f"{call} returned {got!r}; it should raise ValueError naming {must_name!r}" +
-           (f" - {why}" if why else ""))
+        expect(
+            False,
+            f"{call} raised {type(e).__name__}: {e}; raise a ValueError that names {must_name!r} "
+            "instead" + (f" - {why}" if why else ""),
+        )
+    expect(
+        False,
+        f"{call} returned {got!r}; it should raise ValueError naming {must_name!r}" + (f" - {why}" if why else ""),
+    )
 
 
 @check(LAB, "the formula: usable capacity per replica, rounded up")
 def check_formula(replicas_needed):
-    _expect_n(replicas_needed, 15, 1000, 100, why="each replica may run at 70 % of 100 req/s (headroom 0.3, the "
-                                                  "default): 1000 / 70 = 14.3, rounded up")
+    _expect_n(
+        replicas_needed,
+        15,
+        1000,
+        100,
+        why="each replica may run at 70 % of 100 req/s (headroom 0.3, the default): 1000 / 70 = 14.3, rounded up",
+    )
     _expect_n(replicas_needed, 15, 1000, 100, 0.3)
     _expect_n(replicas_needed, 10, 1000, 100, 0.0, why="headroom 0 uses each replica to its full 100 req/s")
     _expect_n(replicas_needed, 20, 1000, 100, 0.5, why="headroom 0.5 keeps half of each replica free: 50 req/s usable")
@@ -88,9 +107,16 @@ def check_formula(replicas_needed):
 def check_exact_boundaries(replicas_needed):
     _expect_n(replicas_needed, 3, 210, 100, 0.3, why="3 replicas x 70 req/s usable is exactly 210: do not add a 4th")
     _expect_n(replicas_needed, 10, 700, 100, why="10 x 70 = 700 exactly")
-    _expect_n(replicas_needed, 3, 21, 10, 0.3, why="3 x 7 = 21 exactly; float division can land a hair above 3 "
-                                                    "(21 / 10 / 0.7 = 3.0000000000000004): rounding noise must not "
-                                                    "add a replica")
+    _expect_n(
+        replicas_needed,
+        3,
+        21,
+        10,
+        0.3,
+        why="3 x 7 = 21 exactly; float division can land a hair above 3 "
+        "(21 / 10 / 0.7 = 3.0000000000000004): rounding noise must not "
+        "add a replica",
+    )
     _expect_n(replicas_needed, 30, 210, 10, 0.3, why="30 x 7 = 210 exactly (watch float rounding)")
     _expect_n(replicas_needed, 4, 100, 25, 0.0, why="4 x 25 = 100 exactly")
     _expect_n(replicas_needed, 4, 210.5, 100, 0.3, why="210.5 req/s is more than 3 replicas' 210: round UP")
@@ -106,24 +132,43 @@ def check_max_replicas(replicas_needed):
     _expect_n(replicas_needed, 15, 1000, 100, max_replicas=40, why="a limit well above the need changes nothing")
     _expect_n(replicas_needed, 1, 0, 100, max_replicas=1)
     _expect_n(replicas_needed, 143, 1_000_000, 10_000, max_replicas=None, why="max_replicas=None means no limit")
-    _expect_n(replicas_needed, 15, np.float64(1000.0), np.int64(100), max_replicas=np.int64(15),
-              why="rates measured with numpy come as np.float64 and np.int64: they are numbers too")
-    for args, kwargs, need in [((1000, 100), {"max_replicas": 14}, 15), ((1000, 100, 0.5), {"max_replicas": 19}, 20),
-                               ((1_000_000, 10_000), {"max_replicas": 8}, 143), ((50, 100), {"max_replicas": 0}, 1)]:
+    _expect_n(
+        replicas_needed,
+        15,
+        np.float64(1000.0),
+        np.int64(100),
+        max_replicas=np.int64(15),
+        why="rates measured with numpy come as np.float64 and np.int64: they are numbers too",
+    )
+    for args, kwargs, need in [
+        ((1000, 100), {"max_replicas": 14}, 15),
+        ((1000, 100, 0.5), {"max_replicas": 19}, 20),
+        ((1_000_000, 10_000), {"max_replicas": 8}, 143),
+        ((50, 100), {"max_replicas": 0}, 1),
+    ]:
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         call = f"replicas_needed({shown})"
         try:
             got = replicas_needed(*args, **kwargs)
         except ValueError as e:
-            expect(str(need) in str(e), f"{call} raised ValueError({str(e)!r}); the message should say how many "
-                                        f"replicas the target needs ({need}), so the operator knows the shortfall")
+            expect(
+                str(need) in str(e),
+                f"{call} raised ValueError({str(e)!r}); the message should say how many "
+                f"replicas the target needs ({need}), so the operator knows the shortfall",
+            )
             continue
         except Exception as e:  # noqa: BLE001
             expect(False, f"{call} raised {type(e).__name__}: {e}; beyond max_replicas raise a ValueError")
-        expect(False, f"{call} returned {got!r}: the target needs {need} replicas, more than max_replicas - raise a "
-                      "ValueError saying so (a quiet clamp to the limit would leave the service overloaded"
-                      + ("; 0 is a limit, not 'no limit': only None means no limit - test `is None`, not truth)"
-                         if kwargs.get("max_replicas") == 0 else ")"))
+        expect(
+            False,
+            f"{call} returned {got!r}: the target needs {need} replicas, more than max_replicas - raise a "
+            "ValueError saying so (a quiet clamp to the limit would leave the service overloaded"
+            + (
+                "; 0 is a limit, not 'no limit': only None means no limit - test `is None`, not truth)"
+                if kwargs.get("max_replicas") == 0
+                else ")"
+            ),
+        )
 
 
 @check(LAB, "nonsense inputs are a ValueError that names the argument")
@@ -135,15 +180,31 @@ def check_nonsense(replicas_needed):
     _expect_error(replicas_needed, "per_replica_rps", 100, 0, why="a replica that serves nothing")
     _expect_error(replicas_needed, "per_replica_rps", 100, -20)
     _expect_error(replicas_needed, "per_replica_rps", 100, nan, why="NaN compares False with everything")
-    _expect_error(replicas_needed, "per_replica_rps", 100, float("inf"), why="a replica with infinite capacity is a "
-                                                                             "measurement gone wrong")
+    _expect_error(
+        replicas_needed,
+        "per_replica_rps",
+        100,
+        float("inf"),
+        why="a replica with infinite capacity is a measurement gone wrong",
+    )
     _expect_error(replicas_needed, "headroom", 100, 50, 1.0, why="headroom 1 leaves no usable capacity")
     _expect_error(replicas_needed, "headroom", 100, 50, 1.5)
-    _expect_error(replicas_needed, "headroom", 100, 50, -0.1, why="negative headroom plans to run replicas past "
-                                                                  "their measured capacity")
-    _expect_error(replicas_needed, "headroom", 100, 50, nan, why="NaN compares False with everything: a check "
-                                                                 "written as `headroom < 0 or headroom >= 1` lets it "
-                                                                 "through")
+    _expect_error(
+        replicas_needed,
+        "headroom",
+        100,
+        50,
+        -0.1,
+        why="negative headroom plans to run replicas past their measured capacity",
+    )
+    _expect_error(
+        replicas_needed,
+        "headroom",
+        100,
+        50,
+        nan,
+        why="NaN compares False with everything: a check written as `headroom < 0 or headroom >= 1` lets it through",
+    )
 
 
 @check(LAB, "more load or more headroom never needs fewer replicas")
@@ -151,15 +212,22 @@ def check_direction(replicas_needed):
     prev = 0
     for target in [0, 1, 69, 70, 71, 139.9, 140, 140.1, 500, 999, 1000, 1001, 5000]:
         got, call = _call(replicas_needed, target, 100)
-        expect(isinstance(got, int) and got >= max(prev, 1), f"{call} = {got!r}, but a smaller load already needed "
-                                                             f"{prev}: more load never needs fewer replicas")
-        expect(got == max(1, math.ceil(round(target / 70, 9))), f"{call} should be "
-                                                                 f"{max(1, math.ceil(round(target / 70, 9)))}; got {got}")
+        expect(
+            isinstance(got, int) and got >= max(prev, 1),
+            f"{call} = {got!r}, but a smaller load already needed {prev}: more load never needs fewer replicas",
+        )
+        expect(
+            got == max(1, math.ceil(round(target / 70, 9))),
+            f"{call} should be {max(1, math.ceil(round(target / 70, 9)))}; got {got}",
+        )
         prev = got
     prev = 0
     for headroom in [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9]:
         got, call = _call(replicas_needed, 1000, 100, headroom)
-        expect(isinstance(got, int) and got >= prev, f"{call} = {got!r}, but less headroom already needed {prev}: "
-                                                     "keeping more of each replica free means more replicas")
+        expect(
+            isinstance(got, int) and got >= prev,
+            f"{call} = {got!r}, but less headroom already needed {prev}: "
+            "keeping more of each replica free means more replicas",
+        )
         prev = got
     expect(prev == 100, f"replicas_needed(1000, 100, 0.9) should be 100 (10 req/s usable each); got {prev}")

@@ -19,6 +19,7 @@ The checks are derived from what each function must guarantee:
       (7 FLOP over 2 bytes is 3.5, not 3; 16 over 5 is 3.2 against a ridge of 13 / 4 = 3.25, which a floor division
       of both makes equal), int arguments, and exactly the two words.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -28,7 +29,7 @@ import numpy as np
 from ailab.labs.core import check, expect
 
 LAB = "ex_roofline"
-CPU = {"peak_gflops": 200.0, "bandwidth_gb_s": 50.0}       # ridge at 4 FLOP/byte
+CPU = {"peak_gflops": 200.0, "bandwidth_gb_s": 50.0}  # ridge at 4 FLOP/byte
 GPU = {"peak_gflops": 989_000.0, "bandwidth_gb_s": 3350.0}  # an H100's bf16 peak and HBM3: ridge ~295 FLOP/byte
 
 
@@ -38,9 +39,11 @@ def _roof(i, peak, bw):
 
 def _scalar(fn, i, machine, what):
     out = fn(i, machine["peak_gflops"], machine["bandwidth_gb_s"])
-    expect(np.ndim(out) == 0 and isinstance(np.asarray(out).item(), numbers.Real),
-           f"{what}: attainable_gflops({i}, ...) should return one number for one intensity; got "
-           f"{type(out).__name__} {out!r}")
+    expect(
+        np.ndim(out) == 0 and isinstance(np.asarray(out).item(), numbers.Real),
+        f"{what}: attainable_gflops({i}, ...) should return one number for one intensity; got "
+        f"{type(out).__name__} {out!r}",
+    )
     return float(out)
 
 
@@ -55,52 +58,81 @@ def _units(got, want) -> str:
 @check(LAB, "attainable_gflops: the roofline at one intensity")
 def check_attainable_scalar(attainable_gflops):
     peak, bw = CPU["peak_gflops"], CPU["bandwidth_gb_s"]
-    for i, label in [(0.5, "left of the ridge: the memory roof"), (1.0, "left of the ridge: the memory roof"),
-                     (4.0, "at the ridge point, where both roofs meet"), (8.0, "right of the ridge: the peak"),
-                     (1000.0, "far right of the ridge: the peak"), (0.0, "no FLOPs per byte at all"),
-                     (1.37, "left of the ridge, an answer that is not a whole number"),
-                     (3.999, "a hair left of the ridge")]:
+    for i, label in [
+        (0.5, "left of the ridge: the memory roof"),
+        (1.0, "left of the ridge: the memory roof"),
+        (4.0, "at the ridge point, where both roofs meet"),
+        (8.0, "right of the ridge: the peak"),
+        (1000.0, "far right of the ridge: the peak"),
+        (0.0, "no FLOPs per byte at all"),
+        (1.37, "left of the ridge, an answer that is not a whole number"),
+        (3.999, "a hair left of the ridge"),
+    ]:
         got, want = _scalar(attainable_gflops, i, CPU, f"intensity {i}"), _roof(i, peak, bw)
-        expect(np.isclose(got, want), f"intensity {i} FLOP/byte on a machine with peak {peak:g} GFLOP/s and "
-                                      f"{bw:g} GB/s ({label}): attainable is {want:g} GFLOP/s; got {got:g}."
-                                      + _units(got, want))
-        expect(got <= peak * (1 + 1e-12), f"intensity {i}: {got:g} GFLOP/s is above the peak of {peak:g}: nothing "
-                                          "runs faster than the processor's peak")
-    for machine, name in [(GPU, "a GPU (ridge near 295 FLOP/byte)"),
-                          ({"peak_gflops": 75.0, "bandwidth_gb_s": 12.5}, "a laptop CPU (ridge at 6)")]:
+        expect(
+            np.isclose(got, want),
+            f"intensity {i} FLOP/byte on a machine with peak {peak:g} GFLOP/s and "
+            f"{bw:g} GB/s ({label}): attainable is {want:g} GFLOP/s; got {got:g}." + _units(got, want),
+        )
+        expect(
+            got <= peak * (1 + 1e-12),
+            f"intensity {i}: {got:g} GFLOP/s is above the peak of {peak:g}: nothing "
+            "runs faster than the processor's peak",
+        )
+    for machine, name in [
+        (GPU, "a GPU (ridge near 295 FLOP/byte)"),
+        ({"peak_gflops": 75.0, "bandwidth_gb_s": 12.5}, "a laptop CPU (ridge at 6)"),
+    ]:
         for i in (0.25, 3.0, 100.0, 400.0):
             got = _scalar(attainable_gflops, i, machine, name)
             want = _roof(i, machine["peak_gflops"], machine["bandwidth_gb_s"])
-            expect(np.isclose(got, want), f"{name}, peak {machine['peak_gflops']:g} GFLOP/s and "
-                                          f"{machine['bandwidth_gb_s']:g} GB/s, intensity {i}: attainable is "
-                                          f"{want:g} GFLOP/s; got {got:g} - use the peak and bandwidth you are "
-                                          "given." + _units(got, want))
+            expect(
+                np.isclose(got, want),
+                f"{name}, peak {machine['peak_gflops']:g} GFLOP/s and "
+                f"{machine['bandwidth_gb_s']:g} GB/s, intensity {i}: attainable is "
+                f"{want:g} GFLOP/s; got {got:g} - use the peak and bandwidth you are "
+                "given." + _units(got, want),
+            )
 
 
 @check(LAB, "attainable_gflops: numpy arrays of intensities")
 def check_attainable_array(attainable_gflops):
     peak, bw = CPU["peak_gflops"], CPU["bandwidth_gb_s"]
-    for xs, what in [(np.array([0.5, 2.0, 4.0, 16.0, 100.0]), "a 1-D array"),
-                     (np.logspace(-2, 3, 12).reshape(3, 4), "a 3 x 4 array"),
-                     (np.array([1, 2, 8]), "an integer array"), (np.array([7.5]), "a one-element array"),
-                     (np.array([], dtype=float), "an empty array")]:
+    for xs, what in [
+        (np.array([0.5, 2.0, 4.0, 16.0, 100.0]), "a 1-D array"),
+        (np.logspace(-2, 3, 12).reshape(3, 4), "a 3 x 4 array"),
+        (np.array([1, 2, 8]), "an integer array"),
+        (np.array([7.5]), "a one-element array"),
+        (np.array([], dtype=float), "an empty array"),
+    ]:
         before = xs.copy()
         want = np.array([_roof(float(i), peak, bw) for i in xs.ravel()]).reshape(xs.shape)
         try:
             out = attainable_gflops(xs, peak, bw)
         except (ValueError, TypeError) as e:
-            expect(False, f"{what} of intensities: your function raised {type(e).__name__}: {e}. Python's min() and "
-                          "comparisons such as `<` with an if give one answer for a whole array; the roofline is "
-                          "taken for each intensity, element by element (see numpy's element-wise functions)")
-        expect(isinstance(out, np.ndarray), f"{what} of intensities should give a numpy array back; got "
-                                            f"{type(out).__name__}")
-        expect(out.shape == xs.shape, f"{what} of shape {xs.shape} should give an array of the same shape; got "
-                                      f"{out.shape}")
-        expect(np.array_equal(xs, before), f"{what}: attainable_gflops() changed the array of intensities it was "
-                                           "given; it should only read it")
-        expect(np.allclose(out, want), f"{what} of intensities {np.round(xs.ravel()[:6], 3).tolist()} (peak {peak:g}, "
-                                       f"{bw:g} GB/s): expected {np.round(want.ravel()[:6], 3).tolist()}; got "
-                                       f"{np.round(np.asarray(out, float).ravel()[:6], 3).tolist()}")
+            expect(
+                False,
+                f"{what} of intensities: your function raised {type(e).__name__}: {e}. Python's min() and "
+                "comparisons such as `<` with an if give one answer for a whole array; the roofline is "
+                "taken for each intensity, element by element (see numpy's element-wise functions)",
+            )
+        expect(
+            isinstance(out, np.ndarray),
+            f"{what} of intensities should give a numpy array back; got {type(out).__name__}",
+        )
+        expect(
+            out.shape == xs.shape, f"{what} of shape {xs.shape} should give an array of the same shape; got {out.shape}"
+        )
+        expect(
+            np.array_equal(xs, before),
+            f"{what}: attainable_gflops() changed the array of intensities it was given; it should only read it",
+        )
+        expect(
+            np.allclose(out, want),
+            f"{what} of intensities {np.round(xs.ravel()[:6], 3).tolist()} (peak {peak:g}, "
+            f"{bw:g} GB/s): expected {np.round(want.ravel()[:6], 3).tolist()}; got "
+            f"{np.round(np.asarray(out, float).ravel()[:6], 3).tolist()}",
+        )
 
 
 def _bound(fn, flops, nbytes, machine, what):
@@ -113,26 +145,42 @@ def _bound(fn, flops, nbytes, machine, what):
 def check_bound(bound):
     ridge = CPU["peak_gflops"] / CPU["bandwidth_gb_s"]
     for flops, nbytes, want, what in [
-            (100, 100, "memory", "1 FLOP per byte, far left of the ridge at 4"),
-            (1000, 100, "compute", "10 FLOP per byte, right of the ridge at 4"),
-            (399, 100, "memory", "3.99 FLOP per byte, just left of the ridge at 4"),
-            (401, 100, "compute", "4.01 FLOP per byte, just right of the ridge at 4"),
-            (400, 100, "compute", "exactly at the ridge (4 FLOP per byte): the peak is reached there"),
-            (1e6, 12e6, "memory", "an element-wise add: 1 FLOP per 12 bytes"),
-            (2 * 1024**3, 3 * 1024**2 * 4, "compute", "a 1024 x 1024 fp32 matmul (about 171 FLOP per byte)")]:
+        (100, 100, "memory", "1 FLOP per byte, far left of the ridge at 4"),
+        (1000, 100, "compute", "10 FLOP per byte, right of the ridge at 4"),
+        (399, 100, "memory", "3.99 FLOP per byte, just left of the ridge at 4"),
+        (401, 100, "compute", "4.01 FLOP per byte, just right of the ridge at 4"),
+        (400, 100, "compute", "exactly at the ridge (4 FLOP per byte): the peak is reached there"),
+        (1e6, 12e6, "memory", "an element-wise add: 1 FLOP per 12 bytes"),
+        (2 * 1024**3, 3 * 1024**2 * 4, "compute", "a 1024 x 1024 fp32 matmul (about 171 FLOP per byte)"),
+    ]:
         got = _bound(bound, flops, nbytes, CPU, what)
-        expect(got == want, f"{what}: flops={flops:g}, bytes={nbytes:g} on peak {CPU['peak_gflops']:g} GFLOP/s, "
-                            f"{CPU['bandwidth_gb_s']:g} GB/s (ridge {ridge:g} FLOP/byte) is {want}-bound; got {got!r}")
+        expect(
+            got == want,
+            f"{what}: flops={flops:g}, bytes={nbytes:g} on peak {CPU['peak_gflops']:g} GFLOP/s, "
+            f"{CPU['bandwidth_gb_s']:g} GB/s (ridge {ridge:g} FLOP/byte) is {want}-bound; got {got!r}",
+        )
     got = _bound(bound, 2 * 1024**3, 3 * 1024**2 * 4, GPU, "the same matmul on a GPU")
-    expect(got == "memory", "the same 1024 x 1024 matmul (about 171 FLOP per byte) on a GPU with peak 989,000 GFLOP/s "
-                            f"and 3,350 GB/s (ridge about 295) is memory-bound; got {got!r} - the ridge comes from "
-                            "the peak and bandwidth you are given")
+    expect(
+        got == "memory",
+        "the same 1024 x 1024 matmul (about 171 FLOP per byte) on a GPU with peak 989,000 GFLOP/s "
+        f"and 3,350 GB/s (ridge about 295) is memory-bound; got {got!r} - the ridge comes from "
+        "the peak and bandwidth you are given",
+    )
     got = _bound(bound, 7, 2, {"peak_gflops": 13.0, "bandwidth_gb_s": 4.0}, "7 FLOP over 2 bytes")
-    expect(got == "compute", "7 FLOP over 2 bytes is 3.5 FLOP per byte, right of a ridge at 13 / 4 = 3.25: compute-"
-                             f"bound; got {got!r} (is a division rounding down somewhere?)")
+    expect(
+        got == "compute",
+        "7 FLOP over 2 bytes is 3.5 FLOP per byte, right of a ridge at 13 / 4 = 3.25: compute-"
+        f"bound; got {got!r} (is a division rounding down somewhere?)",
+    )
     got = _bound(bound, 16, 5, {"peak_gflops": 13, "bandwidth_gb_s": 4}, "16 FLOP over 5 bytes")
-    expect(got == "memory", "16 FLOP over 5 bytes is 3.2 FLOP per byte, left of a ridge at 13 / 4 = 3.25: memory-bound; "
-                            f"got {got!r} (a division rounding down turns both into 3: divide with /, not //)")
+    expect(
+        got == "memory",
+        "16 FLOP over 5 bytes is 3.2 FLOP per byte, left of a ridge at 13 / 4 = 3.25: memory-bound; "
+        f"got {got!r} (a division rounding down turns both into 3: divide with /, not //)",
+    )
     got = _bound(bound, 5e9, 2e9, {"peak_gflops": 60.0, "bandwidth_gb_s": 20.0}, "5 GFLOP over 2 GB")
-    expect(got == "memory", "5e9 FLOP over 2e9 bytes is 2.5 FLOP per byte; peak 60 GFLOP/s over 20 GB/s puts the "
-                            f"ridge at 3: memory-bound; got {got!r} (the 1e9 of GFLOP/s and of GB/s cancel)")
+    expect(
+        got == "memory",
+        "5e9 FLOP over 2e9 bytes is 2.5 FLOP per byte; peak 60 GFLOP/s over 20 GB/s puts the "
+        f"ridge at 3: memory-bound; got {got!r} (the 1e9 of GFLOP/s and of GB/s cancel)",
+    )

@@ -20,6 +20,7 @@ The checks are derived from what the function must guarantee:
   fallback answers "unknown" in one example and the majority label (sometimes right) in another, where the
   model itself also answers "unknown" once.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,14 +37,18 @@ FIELDS = ("n", "error_rate", "degraded_rate", "accuracy")
 def _report(service_report, answers, labels, what):
     given = ([dict(a) if isinstance(a, dict) else a for a in answers], list(labels))
     out = answer(service_report, answers, labels, what=what)
-    expect(([dict(a) if isinstance(a, dict) else a for a in answers], list(labels)) == given,
-           f"{what}: service_report changed the answers or labels it was given; leave them as they are")
+    expect(
+        ([dict(a) if isinstance(a, dict) else a for a in answers], list(labels)) == given,
+        f"{what}: service_report changed the answers or labels it was given; leave them as they are",
+    )
     expect(isinstance(out, dict), f"{what}: service_report should return a dict; got {out!r}")
     missing = [k for k in FIELDS if k not in out]
     expect(not missing, f"{what}: the report has no {missing} (it should hold {list(FIELDS)}); got {out!r}")
     for k in FIELDS[1:]:
-        expect(isinstance(out[k], numbers.Real) and not isinstance(out[k], bool),
-               f"{what}: {k} should be a number; got {out[k]!r}")
+        expect(
+            isinstance(out[k], numbers.Real) and not isinstance(out[k], bool),
+            f"{what}: {k} should be a number; got {out[k]!r}",
+        )
     return out
 
 
@@ -55,8 +60,18 @@ POS, NEG = "positive", "negative"
 
 
 def _mixed():
-    answers = [{"label": POS}, {"label": NEG}, 503, {"label": "unknown", "degraded": True}, {"label": POS},
-               429, {"label": NEG, "degraded": False}, {"label": POS}, 400, {"label": "unknown", "degraded": True}]
+    answers = [
+        {"label": POS},
+        {"label": NEG},
+        503,
+        {"label": "unknown", "degraded": True},
+        {"label": POS},
+        429,
+        {"label": NEG, "degraded": False},
+        {"label": POS},
+        400,
+        {"label": "unknown", "degraded": True},
+    ]
     labels = [POS, POS, NEG, POS, POS, NEG, NEG, POS, POS, NEG]
     return answers, labels
 
@@ -64,8 +79,16 @@ def _mixed():
 def _majority_fallback():
     """A fallback configured as the majority label: degraded answers carry a real label, and right ones at that."""
     fallback = {"label": POS, "degraded": True}
-    answers = [{"label": POS}, dict(fallback), {"label": "unknown"}, dict(fallback), {"label": NEG}, 500,
-               dict(fallback), {"label": POS}]
+    answers = [
+        {"label": POS},
+        dict(fallback),
+        {"label": "unknown"},
+        dict(fallback),
+        {"label": NEG},
+        500,
+        dict(fallback),
+        {"label": POS},
+    ]
     labels = [POS, POS, NEG, NEG, NEG, POS, POS, NEG]
     return answers, labels
 
@@ -76,22 +99,35 @@ def check_rates(service_report):
     what = "10 requests: 7 answered (2 of them degraded), errors 503, 429 and 400"
     out = _report(service_report, answers, labels, what)
     expect(out["n"] == 10, f"{what}: n is the number of requests, 10; got {out['n']!r}")
-    expect(_is(out["error_rate"], 0.3), f"{what}: 3 of the 10 requests got an error status (400 and 429 count, not "
-                                        f"only 5xx): error_rate 0.3; got {out['error_rate']!r}")
-    expect(_is(out["degraded_rate"], 0.2), f"{what}: 2 of the 10 were answered with a degraded fallback "
-                                           f"(\"degraded\": False is an ordinary answer): degraded_rate 0.2; got "
-                                           f"{out['degraded_rate']!r}")
+    expect(
+        _is(out["error_rate"], 0.3),
+        f"{what}: 3 of the 10 requests got an error status (400 and 429 count, not "
+        f"only 5xx): error_rate 0.3; got {out['error_rate']!r}",
+    )
+    expect(
+        _is(out["degraded_rate"], 0.2),
+        f"{what}: 2 of the 10 were answered with a degraded fallback "
+        f'("degraded": False is an ordinary answer): degraded_rate 0.2; got '
+        f"{out['degraded_rate']!r}",
+    )
     answers, labels = _majority_fallback()
-    what = ("a fallback that answers the majority label: 3 of 8 requests answered {'label': 'positive', 'degraded': "
-            "True}, and the model itself once answered 'unknown'")
+    what = (
+        "a fallback that answers the majority label: 3 of 8 requests answered {'label': 'positive', 'degraded': "
+        "True}, and the model itself once answered 'unknown'"
+    )
     out = _report(service_report, answers, labels, what)
-    expect(_is(out["degraded_rate"], 3 / 8), f"{what}: degraded_rate is 3/8 = 0.375 (the \"degraded\" flag says "
-                                             f"which answers are fallbacks, whatever their label); got "
-                                             f"{out['degraded_rate']!r}")
+    expect(
+        _is(out["degraded_rate"], 3 / 8),
+        f'{what}: degraded_rate is 3/8 = 0.375 (the "degraded" flag says '
+        f"which answers are fallbacks, whatever their label); got "
+        f"{out['degraded_rate']!r}",
+    )
     answers = [{"label": NEG}] * 3 + [504]
     out = _report(service_report, answers, [NEG] * 4, "3 answers and one 504")
-    expect(out["n"] == 4 and _is(out["error_rate"], 0.25) and _is(out["degraded_rate"], 0.0),
-           f"3 answers and one 504: n 4, error_rate 0.25, degraded_rate 0.0; got {out}")
+    expect(
+        out["n"] == 4 and _is(out["error_rate"], 0.25) and _is(out["degraded_rate"], 0.0),
+        f"3 answers and one 504: n 4, error_rate 0.25, degraded_rate 0.0; got {out}",
+    )
 
 
 @check(LAB, "accuracy over the answered, non-degraded requests")
@@ -99,19 +135,26 @@ def check_accuracy(service_report):
     answers, labels = _mixed()
     what = "10 requests: 7 answered (2 of them degraded), 3 errors"
     out = _report(service_report, answers, labels, what)
-    expect(_is(out["accuracy"], 4 / 5),
-           f"{what}: of the 5 answered, non-degraded requests 4 carry the right label: accuracy 0.8; got "
-           f"{out['accuracy']!r} - leave errors and degraded answers out of both the count and the total")
+    expect(
+        _is(out["accuracy"], 4 / 5),
+        f"{what}: of the 5 answered, non-degraded requests 4 carry the right label: accuracy 0.8; got "
+        f"{out['accuracy']!r} - leave errors and degraded answers out of both the count and the total",
+    )
     for kind, lab in [("a tuple", tuple(labels)), ("a numpy array", np.array(labels))]:
         out = _report(service_report, answers, lab, f"labels as {kind}")
         expect(_is(out["accuracy"], 0.8), f"labels as {kind}: accuracy should still be 0.8; got {out['accuracy']!r}")
     answers, labels = _majority_fallback()
-    what = ("a fallback that answers the majority label ('positive', degraded: True) for 3 of 8 requests, two of "
-            "them right by luck; the model answered 4, 2 of them right ('unknown' once, wrong)")
+    what = (
+        "a fallback that answers the majority label ('positive', degraded: True) for 3 of 8 requests, two of "
+        "them right by luck; the model answered 4, 2 of them right ('unknown' once, wrong)"
+    )
     out = _report(service_report, answers, labels, what)
-    expect(_is(out["accuracy"], 0.5), f"{what}: accuracy over the model's 4 ordinary answers is 2/4 = 0.5; got "
-                                      f"{out['accuracy']!r} - tell a fallback by its \"degraded\" flag, not by its "
-                                      "label, and leave it out even when it happens to be right")
+    expect(
+        _is(out["accuracy"], 0.5),
+        f"{what}: accuracy over the model's 4 ordinary answers is 2/4 = 0.5; got "
+        f'{out["accuracy"]!r} - tell a fallback by its "degraded" flag, not by its '
+        "label, and leave it out even when it happens to be right",
+    )
     out = _report(service_report, [{"label": POS}], [POS], "one right answer")
     expect(_is(out["accuracy"], 1.0) and out["n"] == 1, f"one request, answered right: accuracy 1.0, n 1; got {out}")
     out = _report(service_report, [{"label": NEG}, {"label": NEG}], [POS, POS], "two wrong answers")
@@ -120,24 +163,42 @@ def check_accuracy(service_report):
 
 @check(LAB, "no answers, no requests, and mismatched lengths")
 def check_edges(service_report):
-    for what, answers in [("every request failed (503, 503, 500)", [503, 503, 500]),
-                          ("every answer degraded", [{"label": "unknown", "degraded": True}] * 3)]:
+    for what, answers in [
+        ("every request failed (503, 503, 500)", [503, 503, 500]),
+        ("every answer degraded", [{"label": "unknown", "degraded": True}] * 3),
+    ]:
         out = _report(service_report, answers, [POS, NEG, POS], what)
-        expect(math.isnan(out["accuracy"]), f"{what}: nothing was answered by the model, so there is no accuracy: "
-                                            f"return float('nan'), never 1.0 or 0.0; got {out['accuracy']!r}")
+        expect(
+            math.isnan(out["accuracy"]),
+            f"{what}: nothing was answered by the model, so there is no accuracy: "
+            f"return float('nan'), never 1.0 or 0.0; got {out['accuracy']!r}",
+        )
     out = _report(service_report, [503, 503, 500], [POS, NEG, POS], "every request failed")
     expect(_is(out["error_rate"], 1.0), f"every request failed: error_rate 1.0; got {out['error_rate']!r}")
     out = _report(service_report, [], [], "no requests")
     expect(out["n"] == 0, f"no requests: n 0; got {out['n']!r}")
-    expect(all(math.isnan(out[k]) for k in FIELDS[1:]),
-           f"no requests: there is no rate of anything; error_rate, degraded_rate and accuracy should be NaN; got "
-           f"{out}")
-    for answers, labels in [([{"label": POS}, 503], [POS]), ([{"label": POS}], [POS, NEG]), ([], [POS]),
-                            ([503], []), ([], np.array([POS, NEG]))]:
+    expect(
+        all(math.isnan(out[k]) for k in FIELDS[1:]),
+        f"no requests: there is no rate of anything; error_rate, degraded_rate and accuracy should be NaN; got {out}",
+    )
+    for answers, labels in [
+        ([{"label": POS}, 503], [POS]),
+        ([{"label": POS}], [POS, NEG]),
+        ([], [POS]),
+        ([503], []),
+        ([], np.array([POS, NEG])),
+    ]:
         what = f"{len(answers)} answers and {len(labels)} labels"
-        e = refused(service_report, answers, labels, what=what,
-                    should="the lengths differ, so the answers cannot be matched to their labels: raise ValueError "
-                           "naming both lengths (check the lengths before anything else, the empty case too)")
-        expect(str(len(answers)) in str(e) and str(len(labels)) in str(e),
-               f"{what}: a ValueError, good, but its message {str(e)!r} should give both lengths, "
-               f"{len(answers)} and {len(labels)}, so whoever reads it knows which side is short")
+        e = refused(
+            service_report,
+            answers,
+            labels,
+            what=what,
+            should="the lengths differ, so the answers cannot be matched to their labels: raise ValueError "
+            "naming both lengths (check the lengths before anything else, the empty case too)",
+        )
+        expect(
+            str(len(answers)) in str(e) and str(len(labels)) in str(e),
+            f"{what}: a ValueError, good, but its message {str(e)!r} should give both lengths, "
+            f"{len(answers)} and {len(labels)}, so whoever reads it knows which side is short",
+        )

@@ -19,6 +19,7 @@ ailab's server uses:
   with no data, an unfinished last event, characters that str.splitlines() would split on but SSE does not);
   and the timing: an event comes out before the next chunk is read, also when its blank line is a lone "\r".
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,9 @@ from ailab.labs.core import check, expect
 LAB = "ex_sse_reader"
 
 
-def server_stream(pieces: list[str], finish_reason: str = "length", usage: tuple[int, int] | None = None,
-                  line_end: str = "\n") -> bytes:
+def server_stream(
+    pieces: list[str], finish_reason: str = "length", usage: tuple[int, int] | None = None, line_end: str = "\n"
+) -> bytes:
     """The bytes ailab's POST /v1/completions sends for a streamed answer of these text pieces (OpenAI's chunks,
     built by the server's own openai_protocol.chunk), the usage chunk when `usage` (prompt, completion) is given,
     then "[DONE]". `line_end` "\r\n" or "\r" gives the same events as another server may frame them."""
@@ -42,18 +44,21 @@ def _chunks(pieces: list[str], finish_reason: str, usage: tuple[int, int] | None
     from ailab.server.openai_protocol import GenerationParams, chunk, usage_chunk
 
     params = GenerationParams("ailab-gpt-1m", [1], len(pieces), include_usage=usage is not None)
-    out = [chunk(params, "req-1", 1_790_000_000, p, finish_reason if i == len(pieces) - 1 else None)
-           for i, p in enumerate(pieces)]
+    out = [
+        chunk(params, "req-1", 1_790_000_000, p, finish_reason if i == len(pieces) - 1 else None)
+        for i, p in enumerate(pieces)
+    ]
     return out + ([usage_chunk(params, "req-1", 1_790_000_000, *usage)] if usage else [])
 
 
-def _expected_server_events(pieces: list[str], finish_reason: str = "length",
-                            usage: tuple[int, int] | None = None) -> list[tuple[str, str]]:
+def _expected_server_events(
+    pieces: list[str], finish_reason: str = "length", usage: tuple[int, int] | None = None
+) -> list[tuple[str, str]]:
     return [("message", _json(e)) for e in _chunks(pieces, finish_reason, usage)] + [("message", "[DONE]")]
 
 
 def _json(event: dict) -> str:
-    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)     # as the server writes it: UTF-8 text
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)  # as the server writes it: UTF-8 text
 
 
 class Chunks:
@@ -70,12 +75,17 @@ class Chunks:
 
 def _read(read_events, chunks: list[bytes], what: str) -> list[tuple[str, str]]:
     out = read_events(Chunks(chunks))
-    expect(out is not None and hasattr(out, "__iter__"), f"{what}: read_events() should return (or be) an iterator "
-                                                          f"of (event, data) pairs; it returned {type(out).__name__}")
+    expect(
+        out is not None and hasattr(out, "__iter__"),
+        f"{what}: read_events() should return (or be) an iterator "
+        f"of (event, data) pairs; it returned {type(out).__name__}",
+    )
     events = list(out)
     for e in events:
-        expect(isinstance(e, tuple) and len(e) == 2 and all(isinstance(x, str) for x in e),
-               f"{what}: each event should be a pair of strings (event, data); got {e!r}")
+        expect(
+            isinstance(e, tuple) and len(e) == 2 and all(isinstance(x, str) for x in e),
+            f"{what}: each event should be a pair of strings (event, data); got {e!r}",
+        )
     return events
 
 
@@ -83,13 +93,16 @@ def _same(got, want, what: str) -> None:
     if got == want:
         return
     if len(got) != len(want):
-        expect(False, f"{what}: expected {len(want)} event(s), got {len(got)}: {got[:4]}{'...' if len(got) > 4 else ''}"
-                      f" (expected {want[:4]}{'...' if len(want) > 4 else ''})")
+        expect(
+            False,
+            f"{what}: expected {len(want)} event(s), got {len(got)}: {got[:4]}{'...' if len(got) > 4 else ''}"
+            f" (expected {want[:4]}{'...' if len(want) > 4 else ''})",
+        )
     i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
     expect(False, f"{what}: event {i} should be {want[i]!r}; got {got[i]!r}")
 
 
-_PIECES = ["Good film. ", "Très", " bien ", "€", "\u2028\x0c\x85 odd spaces"]   # é and € span bytes
+_PIECES = ["Good film. ", "Très", " bien ", "€", "\u2028\x0c\x85 odd spaces"]  # é and € span bytes
 _USAGE = (6, 17)
 
 
@@ -98,15 +111,21 @@ def check_server_stream(read_events):
     raw = server_stream(_PIECES, usage=_USAGE)
     want = _expected_server_events(_PIECES, usage=_USAGE)
     _same(_read(read_events, [raw], "the whole stream in one chunk"), want, "the whole stream in one chunk")
-    _same(_read(read_events, [raw[i:i + 1] for i in range(len(raw))], "one byte per chunk"), want,
-          "one byte per chunk: lines and events arrive in pieces; keep what is left of a chunk for the next")
+    _same(
+        _read(read_events, [raw[i : i + 1] for i in range(len(raw))], "one byte per chunk"),
+        want,
+        "one byte per chunk: lines and events arrive in pieces; keep what is left of a chunk for the next",
+    )
     for cut in range(1, len(raw)):
         got = _read(read_events, [raw[:cut], raw[cut:]], f"two chunks split at byte {cut}")
-        _same(got, want, f"two chunks split at byte {cut} ({raw[max(0, cut - 8):cut]!r} | {raw[cut:cut + 8]!r})")
+        _same(got, want, f"two chunks split at byte {cut} ({raw[max(0, cut - 8) : cut]!r} | {raw[cut : cut + 8]!r})")
     text = "data: Très bien €\n\n".encode()
-    cut = text.index("è".encode()) + 1          # inside the two bytes of è
-    _same(_read(read_events, [text[:cut], text[cut:]], "è split across two chunks"), [("message", "Très bien €")],
-          "a character whose UTF-8 bytes are split across two chunks: decode whole lines, not chunks")
+    cut = text.index("è".encode()) + 1  # inside the two bytes of è
+    _same(
+        _read(read_events, [text[:cut], text[cut:]], "è split across two chunks"),
+        [("message", "Très bien €")],
+        "a character whose UTF-8 bytes are split across two chunks: decode whole lines, not chunks",
+    )
 
 
 @check(LAB, "the same stream with CR LF and with CR line ends, split anywhere")
@@ -115,10 +134,16 @@ def check_line_ends(read_events):
         raw = server_stream(_PIECES[:3], usage=_USAGE, line_end=end)
         want = _expected_server_events(_PIECES[:3], usage=_USAGE)
         for cut in range(1, len(raw)):
-            what = (f"{name} line ends, two chunks split at byte {cut} ({raw[max(0, cut - 8):cut]!r} | "
-                    f"{raw[cut:cut + 8]!r})")
-            hint = (": a chunk that ends in \\r may be followed by \\n (one line end, CR LF) or not (the \\r alone "
-                    "ended the line); remember which, for the next chunk" if raw[cut - 1:cut] == b"\r" else "")
+            what = (
+                f"{name} line ends, two chunks split at byte {cut} ({raw[max(0, cut - 8) : cut]!r} | "
+                f"{raw[cut : cut + 8]!r})"
+            )
+            hint = (
+                ": a chunk that ends in \\r may be followed by \\n (one line end, CR LF) or not (the \\r alone "
+                "ended the line); remember which, for the next chunk"
+                if raw[cut - 1 : cut] == b"\r"
+                else ""
+            )
             _same(_read(read_events, [raw[:cut], raw[cut:]], what), want, what + hint)
 
 
@@ -131,18 +156,30 @@ _FIELD_CASES = [
     ("a comment line is ignored", [b": keep-alive\ndata: x\n\n"], [("message", "x")]),
     ("an unknown field is ignored", [b"id: 7\nretry: 10\ndata: x\n\n"], [("message", "x")]),
     ("the event field names the event", [b"event: done\ndata: {}\n\n"], [("done", "{}")]),
-    ("the event name is reset after each event", [b"event: done\ndata: a\n\ndata: b\n\n"],
-     [("done", "a"), ("message", "b")]),
-    ("a blank line with no data dispatches nothing (and resets the name)", [b"event: ping\n\ndata: x\n\n"],
-     [("message", "x")]),
+    (
+        "the event name is reset after each event",
+        [b"event: done\ndata: a\n\ndata: b\n\n"],
+        [("done", "a"), ("message", "b")],
+    ),
+    (
+        "a blank line with no data dispatches nothing (and resets the name)",
+        [b"event: ping\n\ndata: x\n\n"],
+        [("message", "x")],
+    ),
     ("CRLF line endings", [b"data: x\r\n\r\ndata: y\r\n\r\n"], [("message", "x"), ("message", "y")]),
     ("CR line endings", [b"data: x\r\rdata: y\r\r"], [("message", "x"), ("message", "y")]),
     ("a CRLF split across two chunks is one line end", [b"data: a\r", b"\ndata: b\r\n\r\n"], [("message", "a\nb")]),
     ("an event without its blank line at the end is dropped", [b"data: x\n\ndata: unfinished\n"], [("message", "x")]),
-    ("characters that str.splitlines() splits on are text in SSE (\\x0b \\x0c \\x1c \\x85 U+2028 U+2029)",
-     ["data: a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g\n\n".encode()], [("message", "a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g")]),
-    ("a CR that ends a chunk, then a blank line in the next", [b"data: a\r", b"\rdata: b\r\r"],
-     [("message", "a"), ("message", "b")]),
+    (
+        "characters that str.splitlines() splits on are text in SSE (\\x0b \\x0c \\x1c \\x85 U+2028 U+2029)",
+        ["data: a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g\n\n".encode()],
+        [("message", "a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g")],
+    ),
+    (
+        "a CR that ends a chunk, then a blank line in the next",
+        [b"data: a\r", b"\rdata: b\r\r"],
+        [("message", "a"), ("message", "b")],
+    ),
     ("a CR LF then a lone CR", [b"data: a\r\n\r", b"data: b\n\n"], [("message", "a"), ("message", "b")]),
 ]
 
@@ -157,18 +194,26 @@ def check_fields(read_events):
 def check_streaming(read_events):
     chunks = Chunks([b"data: first\n", b"\n", b"data: second\n\n", b"data: third\n\n"])
     events = read_events(chunks)
-    expect(hasattr(events, "__next__"), "read_events() should be a generator (or return an iterator): a client shows "
-                                        "each token as it comes, so events must come out one by one, not as a list "
-                                        "at the end of the stream")
+    expect(
+        hasattr(events, "__next__"),
+        "read_events() should be a generator (or return an iterator): a client shows "
+        "each token as it comes, so events must come out one by one, not as a list "
+        "at the end of the stream",
+    )
     first = next(events, None)
     expect(first == ("message", "first"), f"the first event should be ('message', 'first'); got {first!r}")
-    expect(chunks.taken == 2, f"the first event was complete after 2 chunks, but read_events() had read {chunks.taken} "
-                              "before it gave it: a stream of tokens would show nothing until the answer ends")
+    expect(
+        chunks.taken == 2,
+        f"the first event was complete after 2 chunks, but read_events() had read {chunks.taken} "
+        "before it gave it: a stream of tokens would show nothing until the answer ends",
+    )
     rest: Iterator = events
     _same(list(rest), [("message", "second"), ("message", "third")], "the events after the first")
     chunks = Chunks([b"data: first\r", b"\r", b"data: second\r\r"])
     first = next(read_events(chunks), None)
-    expect(first == ("message", "first") and chunks.taken == 2,
-           f"with CR line ends the first event is complete once the second \\r has come (2 chunks), but it came out "
-           f"as {first!r} after {chunks.taken} chunk(s): a lone \\r ends its line at once; only a \\n right "
-           f"after it belongs to it")
+    expect(
+        first == ("message", "first") and chunks.taken == 2,
+        f"with CR line ends the first event is complete once the second \\r has come (2 chunks), but it came out "
+        f"as {first!r} after {chunks.taken} chunk(s): a lone \\r ends its line at once; only a \\n right "
+        f"after it belongs to it",
+    )

@@ -21,6 +21,7 @@ The checks are derived from what the function must guarantee:
       skip, not a 0 ms stage, not a numpy warning and nan, not numpy's "truth value is ambiguous"); an empty
       dict raises ValueError.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,21 +39,32 @@ KEYS = ("p50_ms", "share", "dominant")
 def _report(stage_report, samples, what):
     copy = {k: list(v) for k, v in samples.items()}
     with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)       # mean of an empty slice -> an error, not nan
+        warnings.simplefilter("error", RuntimeWarning)  # mean of an empty slice -> an error, not nan
         out = answer(stage_report, samples, what=what)
-    expect(isinstance(out, dict) and set(KEYS) <= set(out),
-           f"{what}: stage_report should return a dict with the keys {list(KEYS)}; got "
-           f"{sorted(out) if isinstance(out, dict) else type(out).__name__}")
+    expect(
+        isinstance(out, dict) and set(KEYS) <= set(out),
+        f"{what}: stage_report should return a dict with the keys {list(KEYS)}; got "
+        f"{sorted(out) if isinstance(out, dict) else type(out).__name__}",
+    )
     for key in ("p50_ms", "share"):
-        expect(isinstance(out[key], dict), f"{what}: out[{key!r}] should be a dict stage -> number; got "
-                                           f"{type(out[key]).__name__}")
-        expect(set(out[key]) == set(samples), f"{what}: out[{key!r}] should have one entry per stage of the input, "
-                                              f"{list(samples)}; it has {list(out[key])} - take the stage names from "
-                                              "the dict you are given")
-        expect(all(isinstance(v, (float, int, np.floating)) and not isinstance(v, bool) for v in out[key].values()),
-               f"{what}: out[{key!r}] should hold numbers; got {out[key]!r}")
-    expect(all(list(map(float, samples[k])) == copy[k] for k in samples),
-           f"{what}: stage_report changed the samples it was given (sorted them in place?); work on a copy")
+        expect(
+            isinstance(out[key], dict),
+            f"{what}: out[{key!r}] should be a dict stage -> number; got {type(out[key]).__name__}",
+        )
+        expect(
+            set(out[key]) == set(samples),
+            f"{what}: out[{key!r}] should have one entry per stage of the input, "
+            f"{list(samples)}; it has {list(out[key])} - take the stage names from "
+            "the dict you are given",
+        )
+        expect(
+            all(isinstance(v, (float, int, np.floating)) and not isinstance(v, bool) for v in out[key].values()),
+            f"{what}: out[{key!r}] should hold numbers; got {out[key]!r}",
+        )
+    expect(
+        all(list(map(float, samples[k])) == copy[k] for k in samples),
+        f"{what}: stage_report changed the samples it was given (sorted them in place?); work on a copy",
+    )
     return out
 
 
@@ -62,25 +74,39 @@ def _close(a, b):
 
 @check(LAB, "p50_ms is each stage's median, for any stage names")
 def check_medians(stage_report):
-    samples = {"tokenize": [1.0, 1.2, 0.9, 1.1, 30.0], "forward": [6.0, 5.0, 7.0, 5.5, 6.5],
-               "postprocess": [0.2, 0.3, 0.25, 0.2, 0.3]}
+    samples = {
+        "tokenize": [1.0, 1.2, 0.9, 1.1, 30.0],
+        "forward": [6.0, 5.0, 7.0, 5.5, 6.5],
+        "postprocess": [0.2, 0.3, 0.25, 0.2, 0.3],
+    }
     out = _report(stage_report, samples, "5 samples per stage, one 30 ms outlier in tokenize")
-    expect(_close(out["p50_ms"]["tokenize"], 1.1),
-           f"tokenize samples [1.0, 1.2, 0.9, 1.1, 30.0]: p50_ms should be their median, 1.1; got "
-           f"{out['p50_ms']['tokenize']!r} - the middle value once sorted (samples arrive in call order); one slow "
-           "outlier moves a mean (6.84), not a median")
-    expect(_close(out["p50_ms"]["forward"], 6.0) and _close(out["p50_ms"]["postprocess"], 0.25),
-           f"forward [6.0, 5.0, 7.0, 5.5, 6.5] and postprocess [0.2, 0.3, 0.25, 0.2, 0.3] have medians 6.0 and 0.25 "
-           f"(sort first: samples arrive unsorted); got {out['p50_ms']['forward']!r} and "
-           f"{out['p50_ms']['postprocess']!r}")
-    out = _report(stage_report, {"queue": [4.0, 1.0, 3.0, 2.0], "forward": [10.0, 12.0]},
-                  "an even number of samples, stages 'queue' and 'forward'")
-    expect(_close(out["p50_ms"]["queue"], 2.5) and _close(out["p50_ms"]["forward"], 11.0),
-           f"queue [4.0, 1.0, 3.0, 2.0] and forward [10.0, 12.0]: with an even count the median is the mean of the "
-           f"two middle values, 2.5 and 11.0; got {out['p50_ms']['queue']!r} and {out['p50_ms']['forward']!r}")
+    expect(
+        _close(out["p50_ms"]["tokenize"], 1.1),
+        f"tokenize samples [1.0, 1.2, 0.9, 1.1, 30.0]: p50_ms should be their median, 1.1; got "
+        f"{out['p50_ms']['tokenize']!r} - the middle value once sorted (samples arrive in call order); one slow "
+        "outlier moves a mean (6.84), not a median",
+    )
+    expect(
+        _close(out["p50_ms"]["forward"], 6.0) and _close(out["p50_ms"]["postprocess"], 0.25),
+        f"forward [6.0, 5.0, 7.0, 5.5, 6.5] and postprocess [0.2, 0.3, 0.25, 0.2, 0.3] have medians 6.0 and 0.25 "
+        f"(sort first: samples arrive unsorted); got {out['p50_ms']['forward']!r} and "
+        f"{out['p50_ms']['postprocess']!r}",
+    )
+    out = _report(
+        stage_report,
+        {"queue": [4.0, 1.0, 3.0, 2.0], "forward": [10.0, 12.0]},
+        "an even number of samples, stages 'queue' and 'forward'",
+    )
+    expect(
+        _close(out["p50_ms"]["queue"], 2.5) and _close(out["p50_ms"]["forward"], 11.0),
+        f"queue [4.0, 1.0, 3.0, 2.0] and forward [10.0, 12.0]: with an even count the median is the mean of the "
+        f"two middle values, 2.5 and 11.0; got {out['p50_ms']['queue']!r} and {out['p50_ms']['forward']!r}",
+    )
     out = _report(stage_report, {"detokenize": (3.5,)}, "one stage 'detokenize' with a single sample (a tuple)")
-    expect(_close(out["p50_ms"]["detokenize"], 3.5), f"a single sample 3.5 is its own median; got "
-                                                      f"{out['p50_ms']['detokenize']!r}")
+    expect(
+        _close(out["p50_ms"]["detokenize"], 3.5),
+        f"a single sample 3.5 is its own median; got {out['p50_ms']['detokenize']!r}",
+    )
     arr = np.array([2.0, 9.0, 4.0], dtype=np.float32)
     out = _report(stage_report, {"a": arr, "b": [1.0, 1.0, 1.0]}, "samples as a float32 numpy array")
     expect(_close(out["p50_ms"]["a"], 4.0), f"a numpy array [2, 9, 4] has median 4.0; got {out['p50_ms']['a']!r}")
@@ -91,46 +117,83 @@ def check_shares(stage_report):
     samples = {"tokenize": [1.0, 1.0, 50.0], "forward": [6.0, 6.0, 6.0], "postprocess": [1.0, 1.0, 1.0]}
     out = _report(stage_report, samples, "medians 1, 6 and 1 ms (tokenize has one 50 ms outlier)")
     share = out["share"]
-    expect(all(0.0 <= float(v) <= 1.0 for v in share.values()),
-           f"shares are fractions in 0..1 (the notebook prints them as %); got {share}")
-    expect(_close(sum(map(float, share.values())), 1.0), f"the shares should sum to 1; they sum to "
-                                                          f"{sum(map(float, share.values())):.6g}: {share}")
-    expect(_close(share["forward"], 0.75) and _close(share["tokenize"], 0.125),
-           f"medians tokenize 1, forward 6, postprocess 1: forward's share is 6 / (1 + 6 + 1) = 0.75 and tokenize's "
-           f"0.125; got forward {float(share['forward']):.4g}, tokenize {float(share['tokenize']):.4g} - divide each "
-           "median by the sum of the medians (not of the means or of the raw samples)")
-    expect(out["dominant"] == "forward", f"forward has the largest median (6 ms; tokenize's mean is larger, its "
-                                         f"median is not): dominant should be 'forward'; got {out['dominant']!r}")
-    out = _report(stage_report, {"post": [0.5, 0.7, 0.6], "prep": [2.0, 3.0, 2.5], "model": [1.0, 1.1, 0.9]},
-                  "stages 'post', 'prep' and 'model' with medians 0.6, 2.5 and 1.0")
-    expect(out["dominant"] == "prep", f"'prep' has the largest median (2.5 ms, then model 1.0, post 0.6): dominant "
-                                      f"should be 'prep'; got {out['dominant']!r}")
-    expect(_close(out["share"]["model"], 1.0 / 4.1), f"model's share should be 1.0 / (0.6 + 2.5 + 1.0) = "
-                                                    f"{1 / 4.1:.4f}; got {float(out['share']['model']):.4g}")
+    expect(
+        all(0.0 <= float(v) <= 1.0 for v in share.values()),
+        f"shares are fractions in 0..1 (the notebook prints them as %); got {share}",
+    )
+    expect(
+        _close(sum(map(float, share.values())), 1.0),
+        f"the shares should sum to 1; they sum to {sum(map(float, share.values())):.6g}: {share}",
+    )
+    expect(
+        _close(share["forward"], 0.75) and _close(share["tokenize"], 0.125),
+        f"medians tokenize 1, forward 6, postprocess 1: forward's share is 6 / (1 + 6 + 1) = 0.75 and tokenize's "
+        f"0.125; got forward {float(share['forward']):.4g}, tokenize {float(share['tokenize']):.4g} - divide each "
+        "median by the sum of the medians (not of the means or of the raw samples)",
+    )
+    expect(
+        out["dominant"] == "forward",
+        f"forward has the largest median (6 ms; tokenize's mean is larger, its "
+        f"median is not): dominant should be 'forward'; got {out['dominant']!r}",
+    )
+    out = _report(
+        stage_report,
+        {"post": [0.5, 0.7, 0.6], "prep": [2.0, 3.0, 2.5], "model": [1.0, 1.1, 0.9]},
+        "stages 'post', 'prep' and 'model' with medians 0.6, 2.5 and 1.0",
+    )
+    expect(
+        out["dominant"] == "prep",
+        f"'prep' has the largest median (2.5 ms, then model 1.0, post 0.6): dominant "
+        f"should be 'prep'; got {out['dominant']!r}",
+    )
+    expect(
+        _close(out["share"]["model"], 1.0 / 4.1),
+        f"model's share should be 1.0 / (0.6 + 2.5 + 1.0) = {1 / 4.1:.4f}; got {float(out['share']['model']):.4g}",
+    )
     out = _report(stage_report, {"forward": [8.0, 9.0, 7.0]}, "a single stage")
-    expect(_close(out["share"]["forward"], 1.0) and out["dominant"] == "forward",
-           f"with one stage its share is 1.0 and it dominates; got share {out['share']['forward']!r}, dominant "
-           f"{out['dominant']!r}")
-    out = _report(stage_report, {"b": [2.0, 2.0], "a": [1.0], "c": [2.0, 1.0, 3.0]},
-                  "a tie: stages 'b' and 'c' both have median 2.0 ('b' first)")
-    expect(out["dominant"] == "b", f"on a tie dominant is the first of the tied stages in the input's order ('b' "
-                                   f"before 'c'); got {out['dominant']!r}")
+    expect(
+        _close(out["share"]["forward"], 1.0) and out["dominant"] == "forward",
+        f"with one stage its share is 1.0 and it dominates; got share {out['share']['forward']!r}, dominant "
+        f"{out['dominant']!r}",
+    )
+    out = _report(
+        stage_report,
+        {"b": [2.0, 2.0], "a": [1.0], "c": [2.0, 1.0, 3.0]},
+        "a tie: stages 'b' and 'c' both have median 2.0 ('b' first)",
+    )
+    expect(
+        out["dominant"] == "b",
+        f"on a tie dominant is the first of the tied stages in the input's order ('b' "
+        f"before 'c'); got {out['dominant']!r}",
+    )
 
 
 @check(LAB, "a stage with no samples, or no stage, is an error that names it")
 def check_errors(stage_report):
-    for samples, name, kind in [({"tokenize": [1.0, 2.0], "forward": [], "postprocess": [0.1]}, "forward", "list"),
-                                ({"queue_wait": [], "forward": [3.0]}, "queue_wait", "list"),
-                                ({"tokenize": np.array([1.0, 2.0]), "forward": np.array([])}, "forward",
-                                 "numpy array"),
-                                ({"forward": (4.0, 5.0), "postprocess": ()}, "postprocess", "tuple")]:
-        e = refused(stage_report, samples, what=f"stage {name!r} has an empty {kind} of samples",
-                    should="raise ValueError naming the stage (a missing stage must not be skipped or reported as "
-                           "0 ms); test for no samples with len(), which works for a list, a tuple and an array")
-        expect(name in str(e), f"stage {name!r} has no samples: the ValueError should name it so the caller "
-                               f"knows which timer never ran; its message is {str(e)!r}")
-    refused(stage_report, {}, what="stage_report({}), no stages at all",
-            should="with no stage there is nothing to share: raise ValueError")
+    for samples, name, kind in [
+        ({"tokenize": [1.0, 2.0], "forward": [], "postprocess": [0.1]}, "forward", "list"),
+        ({"queue_wait": [], "forward": [3.0]}, "queue_wait", "list"),
+        ({"tokenize": np.array([1.0, 2.0]), "forward": np.array([])}, "forward", "numpy array"),
+        ({"forward": (4.0, 5.0), "postprocess": ()}, "postprocess", "tuple"),
+    ]:
+        e = refused(
+            stage_report,
+            samples,
+            what=f"stage {name!r} has an empty {kind} of samples",
+            should="raise ValueError naming the stage (a missing stage must not be skipped or reported as "
+            "0 ms); test for no samples with len(), which works for a list, a tuple and an array",
+        )
+        expect(
+            name in str(e),
+            f"stage {name!r} has no samples: the ValueError should name it so the caller "
+            f"knows which timer never ran; its message is {str(e)!r}",
+        )
+    refused(
+        stage_report,
+        {},
+        what="stage_report({}), no stages at all",
+        should="with no stage there is nothing to share: raise ValueError",
+    )
 
 
 def samples_from(clf, texts, batch_size: int = 8, iters: int = 15, warmup: int = 2) -> dict[str, list[float]]:

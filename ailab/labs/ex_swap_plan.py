@@ -18,6 +18,7 @@ The checks are derived from what the function must guarantee:
   message gives the sizes (old, new, budget); old + new == budget is accepted after evicting everything
   else; a first load; the list it was given is left as it was; returns the names, in eviction order.
 """
+
 from __future__ import annotations
 
 from ailab.labs.core import LabCheckFailed, check, expect, refused
@@ -39,20 +40,28 @@ def _plan(swap_plan, loaded, swapping, new_bytes, budget, what):
     except NotImplementedError:
         raise
     except _refused_error() as e:
-        raise LabCheckFailed(f"{what}: swap_plan refused ({e}), but the swap fits once the right models are "
-                             "evicted: refuse only when the old and new versions together exceed the budget") from e
+        raise LabCheckFailed(
+            f"{what}: swap_plan refused ({e}), but the swap fits once the right models are "
+            "evicted: refuse only when the old and new versions together exceed the budget"
+        ) from e
     except Exception as e:  # the learner's code may raise anything
         raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
-    expect([tuple(x) for x in loaded] == given,
-           f"{what}: swap_plan changed the `loaded` list it was given (now {loaded}); plan, don't evict")
-    expect(isinstance(out, list) and all(isinstance(n, str) for n in out),
-           f"{what}: swap_plan should return a list of model names; got {out!r}")
+    expect(
+        [tuple(x) for x in loaded] == given,
+        f"{what}: swap_plan changed the `loaded` list it was given (now {loaded}); plan, don't evict",
+    )
+    expect(
+        isinstance(out, list) and all(isinstance(n, str) for n in out),
+        f"{what}: swap_plan should return a list of model names; got {out!r}",
+    )
     return out
 
 
 def _case(loaded, swapping, new_bytes, budget):
-    return (f"loaded={[(n, b // MB) for n, b in loaded]} MiB, swapping {swapping!r} to a {new_bytes // MB} MiB "
-            f"version, budget {budget // MB} MiB")
+    return (
+        f"loaded={[(n, b // MB) for n, b in loaded]} MiB, swapping {swapping!r} to a {new_bytes // MB} MiB "
+        f"version, budget {budget // MB} MiB"
+    )
 
 
 @check(LAB, "evicts nothing when old + new already fit")
@@ -61,17 +70,24 @@ def check_fits(swap_plan):
     for budget in (2000 * MB, 800 * MB):
         what = _case(loaded, "b", 200 * MB, budget)
         out = _plan(swap_plan, loaded, "b", 200 * MB, budget, what)
-        expect(out == [], f"{what}: 600 MiB loaded + 200 MiB for the new version = 800 MiB fits; evict nothing, got "
-                          f"{out}")
+        expect(
+            out == [], f"{what}: 600 MiB loaded + 200 MiB for the new version = 800 MiB fits; evict nothing, got {out}"
+        )
     what = _case(loaded, "b", 200 * MB, 800 * MB)
     out = _plan(swap_plan, loaded, "b", 200 * MB, 800 * MB - 1, what + " minus 1 byte")
-    expect(out == ["a"], f"{what} minus 1 byte: 800 MiB does not fit one byte under 800 MiB; evict the least recently "
-                         f"used other model, ['a']; got {out}")
+    expect(
+        out == ["a"],
+        f"{what} minus 1 byte: 800 MiB does not fit one byte under 800 MiB; evict the least recently "
+        f"used other model, ['a']; got {out}",
+    )
     loaded = [("a", 100 * MB), ("b", 200 * MB)]
     what = _case(loaded, "b", 200 * MB, 400 * MB)
     out = _plan(swap_plan, loaded, "b", 200 * MB, 400 * MB, what)
-    expect(out == ["a"], f"{what}: 300 MiB loaded + 200 MiB for the new version = 500 MiB is over the budget; evict "
-                         f"['a'] (both versions of 'b' stay in memory during the swap); got {out}")
+    expect(
+        out == ["a"],
+        f"{what}: 300 MiB loaded + 200 MiB for the new version = 500 MiB is over the budget; evict "
+        f"['a'] (both versions of 'b' stay in memory during the swap); got {out}",
+    )
 
 
 @check(LAB, "least recently used first, never the model being swapped, only as many as needed")
@@ -79,58 +95,101 @@ def check_lru(swap_plan):
     loaded = [("old", 50 * MB), ("big", 400 * MB), ("mid", 100 * MB), ("x", 300 * MB), ("new", 50 * MB)]
     what = _case(loaded, "x", 300 * MB, 1000 * MB)
     out = _plan(swap_plan, loaded, "x", 300 * MB, 1000 * MB, what)
-    expect("x" not in out, f"{what}: the plan evicts 'x', the model being swapped: its old version keeps serving "
-                           f"until the switch; got {out}")
-    expect(out == ["old", "big"],
-           f"{what}: 900 + 300 = 1200 MiB; evicting least recently used first, 'old' (50) is not enough and 'big' "
-           f"(400) is, so the plan is ['old', 'big']; got {out} - the list is least recently used first; evict in "
-           "that order and stop as soon as it fits")
+    expect(
+        "x" not in out,
+        f"{what}: the plan evicts 'x', the model being swapped: its old version keeps serving "
+        f"until the switch; got {out}",
+    )
+    expect(
+        out == ["old", "big"],
+        f"{what}: 900 + 300 = 1200 MiB; evicting least recently used first, 'old' (50) is not enough and 'big' "
+        f"(400) is, so the plan is ['old', 'big']; got {out} - the list is least recently used first; evict in "
+        "that order and stop as soon as it fits",
+    )
     loaded = [("x", 300 * MB), ("a", 100 * MB), ("b", 100 * MB), ("c", 100 * MB)]
     what = _case(loaded, "x", 300 * MB, 800 * MB)
     out = _plan(swap_plan, loaded, "x", 300 * MB, 800 * MB, what)
-    expect("x" not in out, f"{what}: the plan evicts 'x', the model being swapped (least recently used or not): its "
-                           f"old version keeps serving until the switch; got {out}")
-    expect(out == ["a"], f"{what}: 'x' is the least recently used but is being swapped, so skip it: 600 + 300 = "
-                         f"900 MiB, evict ['a'] to reach 800; got {out}")
+    expect(
+        "x" not in out,
+        f"{what}: the plan evicts 'x', the model being swapped (least recently used or not): its "
+        f"old version keeps serving until the switch; got {out}",
+    )
+    expect(
+        out == ["a"],
+        f"{what}: 'x' is the least recently used but is being swapped, so skip it: 600 + 300 = "
+        f"900 MiB, evict ['a'] to reach 800; got {out}",
+    )
     loaded = [("a", 100 * MB), ("b", 100 * MB), ("x", 300 * MB), ("c", 100 * MB)]
-    for new_bytes, budget, want in [(500 * MB, 950 * MB, ["a", "b"]), (100 * MB, 700 * MB, []),
-                                    (100 * MB, 600 * MB, ["a"]), (300 * MB, 850 * MB, ["a"])]:
+    for new_bytes, budget, want in [
+        (500 * MB, 950 * MB, ["a", "b"]),
+        (100 * MB, 700 * MB, []),
+        (100 * MB, 600 * MB, ["a"]),
+        (300 * MB, 850 * MB, ["a"]),
+    ]:
         what = _case(loaded, "x", new_bytes, budget)
         out = _plan(swap_plan, loaded, "x", new_bytes, budget, what)
-        expect(out == want, f"{what}: the plan should be {want}; got {out} - count every model still loaded, the old "
-                            "version of the swapped one included, plus the new version, against the budget you are "
-                            "given")
+        expect(
+            out == want,
+            f"{what}: the plan should be {want}; got {out} - count every model still loaded, the old "
+            "version of the swapped one included, plus the new version, against the budget you are "
+            "given",
+        )
 
 
 def _names(message: str, n_bytes: int) -> bool:
     """Whether `message` gives a size of n_bytes: in bytes, or in MiB or GiB (whole or to one decimal)."""
-    spellings = {str(n_bytes), f"{n_bytes:,}", f"{n_bytes / MB:g}", f"{n_bytes / MB:.1f}", f"{n_bytes / 2**30:.1f}",
-                 f"{n_bytes / 2**30:g}"}
+    spellings = {
+        str(n_bytes),
+        f"{n_bytes:,}",
+        f"{n_bytes / MB:g}",
+        f"{n_bytes / MB:.1f}",
+        f"{n_bytes / 2**30:.1f}",
+        f"{n_bytes / 2**30:g}",
+    }
     return any(s in message for s in spellings)
 
 
 @check(LAB, "refuses with SwapRefusedError when old + new cannot fit, naming the sizes")
 def check_refuses(swap_plan):
-    for loaded, swapping, new_bytes, budget in [([("a", 100 * MB), ("x", 300 * MB)], "x", 400 * MB, 600 * MB),
-                                                ([("x", 300 * MB)], "x", 300 * MB, 600 * MB - 1),
-                                                ([("a", 100 * MB), ("b", 50 * MB)], "c", 900 * MB, 800 * MB)]:
+    for loaded, swapping, new_bytes, budget in [
+        ([("a", 100 * MB), ("x", 300 * MB)], "x", 400 * MB, 600 * MB),
+        ([("x", 300 * MB)], "x", 300 * MB, 600 * MB - 1),
+        ([("a", 100 * MB), ("b", 50 * MB)], "c", 900 * MB, 800 * MB),
+    ]:
         what = _case(loaded, swapping, new_bytes, budget)
         old = dict(loaded).get(swapping, 0)
-        why = (f"old + new = {(old + new_bytes) / MB:g} MiB exceed the budget even with everything else evicted"
-               if old else f"a first load of {new_bytes // MB} MiB is more than the whole budget")
-        e = refused(swap_plan, list(loaded), swapping, new_bytes, budget, error=_refused_error(), what=what,
-                    should=f"{why}: raise ailab.server.registry.SwapRefusedError (the server turns exactly that into "
-                           "409, and the old version keeps serving)")
+        why = (
+            f"old + new = {(old + new_bytes) / MB:g} MiB exceed the budget even with everything else evicted"
+            if old
+            else f"a first load of {new_bytes // MB} MiB is more than the whole budget"
+        )
+        e = refused(
+            swap_plan,
+            list(loaded),
+            swapping,
+            new_bytes,
+            budget,
+            error=_refused_error(),
+            what=what,
+            should=f"{why}: raise ailab.server.registry.SwapRefusedError (the server turns exactly that into "
+            "409, and the old version keeps serving)",
+        )
         sizes = [("the new version", new_bytes), ("the budget", budget)] + ([("the old version", old)] if old else [])
         unnamed = [name for name, n in sizes if not _names(str(e), n)]
-        expect(not unnamed, f"{what}: SwapRefusedError, good, but its message {str(e)!r} does not give "
-                            f"{' and '.join(unnamed)}: name the sizes, so whoever reads the 409 knows how far over "
-                            "the budget the swap is")
+        expect(
+            not unnamed,
+            f"{what}: SwapRefusedError, good, but its message {str(e)!r} does not give "
+            f"{' and '.join(unnamed)}: name the sizes, so whoever reads the 409 knows how far over "
+            "the budget the swap is",
+        )
     loaded = [("a", 100 * MB), ("x", 300 * MB), ("b", 200 * MB)]
     what = _case(loaded, "x", 300 * MB, 600 * MB)
     out = _plan(swap_plan, loaded, "x", 300 * MB, 600 * MB, what)
-    expect(out == ["a", "b"], f"{what}: old + new = 600 MiB is exactly the budget, which fits once 'a' and 'b' are "
-                              f"evicted: ['a', 'b']; got {out}")
+    expect(
+        out == ["a", "b"],
+        f"{what}: old + new = 600 MiB is exactly the budget, which fits once 'a' and 'b' are "
+        f"evicted: ['a', 'b']; got {out}",
+    )
 
 
 @check(LAB, "a first load, and other sizes")
@@ -138,10 +197,15 @@ def check_first_load_and_sizes(swap_plan):
     loaded = [("a", 300 * MB), ("b", 300 * MB)]
     what = _case(loaded, "c", 400 * MB, 800 * MB)
     out = _plan(swap_plan, loaded, "c", 400 * MB, 800 * MB, what)
-    expect(out == ["a"], f"{what}: 'c' is not loaded yet, so only its new version needs room: 600 + 400 = 1000 MiB, "
-                         f"evict ['a']; got {out}")
-    expect(_plan(swap_plan, [], "c", 10 * MB, 20 * MB, "nothing loaded, a first load of 10 MiB in 20 MiB") == [],
-           "nothing loaded and a first load that fits: evict nothing, []")
+    expect(
+        out == ["a"],
+        f"{what}: 'c' is not loaded yet, so only its new version needs room: 600 + 400 = 1000 MiB, "
+        f"evict ['a']; got {out}",
+    )
+    expect(
+        _plan(swap_plan, [], "c", 10 * MB, 20 * MB, "nothing loaded, a first load of 10 MiB in 20 MiB") == [],
+        "nothing loaded and a first load that fits: evict nothing, []",
+    )
     gb = 2**30
     loaded = [("llm-a", 14 * gb), ("llm-b", 14 * gb), ("enc", gb // 2)]
     what = "loaded=[llm-a 14 GiB, llm-b 14 GiB, enc 0.5 GiB], swapping 'enc' to 0.5 GiB, budget 29 GiB"

@@ -25,6 +25,7 @@ The checks are derived from what the function must guarantee, on files they craf
       digest is hashed in chunks: Python's peak allocation while checking it stays under 12 MiB (reading
       the whole file first fails).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,18 +69,24 @@ def _workdir() -> Path:
 def _trusted_state() -> dict:
     # 13.3 MiB: larger than the 12 MiB the large-file check allows at the peak, so no single read covers it and
     # passes that check too: every chunk has to reach the hash
-    return {"weight": torch.arange(3400 * 1024, dtype=torch.float32).reshape(3400, 1024),
-            "bias": torch.tensor([0.5, -1.0, 2.0])}
+    return {
+        "weight": torch.arange(3400 * 1024, dtype=torch.float32).reshape(3400, 1024),
+        "bias": torch.tensor([0.5, -1.0, 2.0]),
+    }
 
 
 def _trusted_file(folder: Path | None = None) -> tuple[Path, dict]:
     """The trusted file (written once per process unless `folder` is given) and the state dict it holds."""
+
     def write(where: Path) -> Path:
         torch.save(_trusted_state(), where / "model.pt")
         return where / "model.pt"
 
-    path = write(folder) if folder is not None else shared("ex_verify_then_load-trusted", lambda: write(_workdir()),
-                                                           alive=lambda p: p.is_file())
+    path = (
+        write(folder)
+        if folder is not None
+        else shared("ex_verify_then_load-trusted", lambda: write(_workdir()), alive=lambda p: p.is_file())
+    )
     return path, _trusted_state()
 
 
@@ -90,8 +97,11 @@ def _evil_file(folder: Path, note: str) -> Path:
 
 
 def _same_state(got, want) -> bool:
-    return (isinstance(got, dict) and set(got) == set(want)
-            and all(isinstance(got[k], torch.Tensor) and torch.equal(got[k], want[k]) for k in want))
+    return (
+        isinstance(got, dict)
+        and set(got) == set(want)
+        and all(isinstance(got[k], torch.Tensor) and torch.equal(got[k], want[k]) for k in want)
+    )
 
 
 @check(LAB, "a file whose hash matches loads (upper-case hex too)")
@@ -101,11 +111,17 @@ def check_loads_trusted_file(verify_then_load):
     for expected, what in [(digest, "its lower-case hex digest"), (digest.upper(), "its digest in upper case")]:
         out = verify_then_load(path, expected)
         expect(out is not None, f"verify_then_load(path, {what}) returned None: return what torch.load gives")
-        expect(not isinstance(out, (bytes, bytearray)), f"verify_then_load(path, {what}) returned the file's bytes: "
-                                                        "parse them with torch.load(..., weights_only=True) and "
-                                                        "return the state dict")
-        expect(_same_state(out, state), f"verify_then_load(path, {what}) should return the saved state dict "
-                                        f"{{'weight': (3400, 1024) tensor, 'bias': (3,) tensor}}; got {out!r:.200}")
+        expect(
+            not isinstance(out, (bytes, bytearray)),
+            f"verify_then_load(path, {what}) returned the file's bytes: "
+            "parse them with torch.load(..., weights_only=True) and "
+            "return the state dict",
+        )
+        expect(
+            _same_state(out, state),
+            f"verify_then_load(path, {what}) should return the saved state dict "
+            f"{{'weight': (3400, 1024) tensor, 'bias': (3,) tensor}}; got {out!r:.200}",
+        )
     out = verify_then_load(str(path), digest)
     expect(_same_state(out, state), "the path may also be a str: verify_then_load(str(path), digest) should load it")
 
@@ -118,19 +134,29 @@ def _expect_integrity_error(verify_then_load, path, expected, what, note=None):
     except NotImplementedError:
         raise
     except WeightsIntegrityError as e:
-        expect(not TRIPPED, f"{what}: the refusal came after the file was unpickled - the payload ran. Hash and "
-                            "compare first; parse nothing before the digest matches")
+        expect(
+            not TRIPPED,
+            f"{what}: the refusal came after the file was unpickled - the payload ran. Hash and "
+            "compare first; parse nothing before the digest matches",
+        )
         return e
     except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
         if TRIPPED:
-            expect(False, f"{what}: the file was unpickled before its hash was checked - the payload ran. Hash "
-                          "and compare first; parse nothing before the digest matches")
+            expect(
+                False,
+                f"{what}: the file was unpickled before its hash was checked - the payload ran. Hash "
+                "and compare first; parse nothing before the digest matches",
+            )
         parsed = "unpickl" in f"{type(e).__name__} {e}".lower() or "weights_only" in str(e)
-        expect(False, f"{what}: raise ailab.models.WeightsIntegrityError; your code raised {type(e).__name__}: "
-                      f"{str(e)[:160]}" + (" - that is the parser's refusal: the file was parsed before its hash "
-                                            "was compared" if parsed else ""))
-    expect(not TRIPPED, f"{what}: the file was unpickled - the payload ran - and verify_then_load returned "
-                        f"{out!r:.120}")
+        expect(
+            False,
+            f"{what}: raise ailab.models.WeightsIntegrityError; your code raised {type(e).__name__}: "
+            f"{str(e)[:160]}"
+            + (" - that is the parser's refusal: the file was parsed before its hash was compared" if parsed else ""),
+        )
+    expect(
+        not TRIPPED, f"{what}: the file was unpickled - the payload ran - and verify_then_load returned {out!r:.120}"
+    )
     expect(False, f"{what}: verify_then_load returned {out!r:.120}; it must refuse (raise WeightsIntegrityError)")
 
 
@@ -140,24 +166,37 @@ def check_refuses_mismatch(verify_then_load):
     path = _evil_file(folder, "mismatch")
     actual = _sha(path)
     wrong = hashlib.sha256(b"the trusted weights").hexdigest()
-    err = _expect_integrity_error(verify_then_load, path, wrong, "a pickle with a payload and a digest that does "
-                                                                 "not match")
+    err = _expect_integrity_error(
+        verify_then_load, path, wrong, "a pickle with a payload and a digest that does not match"
+    )
     message = str(err)
     expect(path.name in message, f"the error should name the file ({path.name}); its message is {message!r:.300}")
-    expect(actual in message.lower(), f"the error should give the file's actual SHA-256 ({actual[:12]}...) so "
-                                      f"whoever reads it can tell which file is on disk; its message is "
-                                      f"{message!r:.300}")
-    expect(wrong in message.lower(), f"the error should give the expected SHA-256 ({wrong[:12]}...); its message is "
-                                     f"{message!r:.300}")
-    err = _expect_integrity_error(verify_then_load, str(path), wrong, "the same file and digest, its path given as a "
-                                                                      "str (what a config file holds)")
-    expect(path.name in str(err), f"with a str path, the error should still name the file ({path.name}); its "
-                                  f"message is {str(err)!r:.300}")
+    expect(
+        actual in message.lower(),
+        f"the error should give the file's actual SHA-256 ({actual[:12]}...) so "
+        f"whoever reads it can tell which file is on disk; its message is "
+        f"{message!r:.300}",
+    )
+    expect(
+        wrong in message.lower(),
+        f"the error should give the expected SHA-256 ({wrong[:12]}...); its message is {message!r:.300}",
+    )
+    err = _expect_integrity_error(
+        verify_then_load,
+        str(path),
+        wrong,
+        "the same file and digest, its path given as a str (what a config file holds)",
+    )
+    expect(
+        path.name in str(err),
+        f"with a str path, the error should still name the file ({path.name}); its message is {str(err)!r:.300}",
+    )
     good, _ = _trusted_file()
     digest = _sha(good)
     last = "0" if digest[-1] != "0" else "1"
-    _expect_integrity_error(verify_then_load, good, digest[:-1] + last, "a digest that differs from the file's in its "
-                                                                        "last character only")
+    _expect_integrity_error(
+        verify_then_load, good, digest[:-1] + last, "a digest that differs from the file's in its last character only"
+    )
     _expect_integrity_error(verify_then_load, good, "", "an empty expected digest")
     _expect_integrity_error(verify_then_load, good, digest[:16], "the first 16 characters of the file's digest")
 
@@ -171,21 +210,34 @@ def check_weights_only(verify_then_load):
     except NotImplementedError:
         raise
     except WeightsIntegrityError as e:
-        expect(False, f"the file's hash matches (the attacker shipped both), yet verify_then_load raised "
-                      f"WeightsIntegrityError: {str(e)[:160]} - compare the digest of the file's bytes with the one "
-                      "you are given")
-    except pickle.UnpicklingError:      # torch.load(weights_only=True)'s refusal
-        expect(not TRIPPED, "the payload ran while the file was loaded: load with torch.load(..., weights_only=True), "
-                            "which refuses anything but tensors and plain containers")
+        expect(
+            False,
+            f"the file's hash matches (the attacker shipped both), yet verify_then_load raised "
+            f"WeightsIntegrityError: {str(e)[:160]} - compare the digest of the file's bytes with the one "
+            "you are given",
+        )
+    except pickle.UnpicklingError:  # torch.load(weights_only=True)'s refusal
+        expect(
+            not TRIPPED,
+            "the payload ran while the file was loaded: load with torch.load(..., weights_only=True), "
+            "which refuses anything but tensors and plain containers",
+        )
     except Exception as e:  # noqa: BLE001 - another exception is not the loader's refusal
         expect(not TRIPPED, "the payload ran while the file was loaded: load with torch.load(..., weights_only=True)")
-        expect(False, f"a pickle that calls a function on load, with a matching hash: torch.load(..., "
-                      f"weights_only=True) refuses it with pickle.UnpicklingError; your code raised "
-                      f"{type(e).__name__}: {str(e)[:160]}")
+        expect(
+            False,
+            f"a pickle that calls a function on load, with a matching hash: torch.load(..., "
+            f"weights_only=True) refuses it with pickle.UnpicklingError; your code raised "
+            f"{type(e).__name__}: {str(e)[:160]}",
+        )
     else:
-        expect(False, "a pickle that calls a function on load was loaded" + (" and its payload ran" if TRIPPED else "")
-               + f" (got {out!r:.120}): load with torch.load(..., weights_only=True), never pickle or "
-                 "weights_only=False")
+        expect(
+            False,
+            "a pickle that calls a function on load was loaded"
+            + (" and its payload ran" if TRIPPED else "")
+            + f" (got {out!r:.120}): load with torch.load(..., weights_only=True), never pickle or "
+            "weights_only=False",
+        )
 
 
 @check(LAB, "a missing file is an error; a large file is hashed in chunks")
@@ -194,15 +246,23 @@ def check_missing_and_large(verify_then_load):
     missing = folder / "no-such-model.pt"
     for given in (missing, str(missing)):
         what = f"a missing file, its path given as a {'str' if isinstance(given, str) else 'Path'}"
-        e = refused(verify_then_load, given, "0" * 64, error=(FileNotFoundError, WeightsIntegrityError), what=what,
-                    should="raise FileNotFoundError or WeightsIntegrityError naming it, so that a server does not "
-                           "start without its weights")
-        expect(missing.name in str(e), f"{what} should raise an error naming it ({missing.name}); its message is "
-                                       f"{str(e)!r:.200}")
+        e = refused(
+            verify_then_load,
+            given,
+            "0" * 64,
+            error=(FileNotFoundError, WeightsIntegrityError),
+            what=what,
+            should="raise FileNotFoundError or WeightsIntegrityError naming it, so that a server does not "
+            "start without its weights",
+        )
+        expect(
+            missing.name in str(e),
+            f"{what} should raise an error naming it ({missing.name}); its message is {str(e)!r:.200}",
+        )
     big = folder / "large.bin"
     size = 32 * 2**20
     with open(big, "wb") as f:
-        f.truncate(size)                        # 32 MiB of zeros (sparse where the file system allows)
+        f.truncate(size)  # 32 MiB of zeros (sparse where the file system allows)
     wrong = hashlib.sha256(b"something else").hexdigest()
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
@@ -214,5 +274,8 @@ def check_missing_and_large(verify_then_load):
     finally:
         if not was_tracing:
             tracemalloc.stop()
-    expect(peak < 12 * 2**20, f"checking a 32 MiB file took {peak / 2**20:.0f} MiB of Python memory at its peak: read "
-                             "and hash it in chunks (1 MiB, say; a few MiB at most) rather than reading the whole file at once")
+    expect(
+        peak < 12 * 2**20,
+        f"checking a 32 MiB file took {peak / 2**20:.0f} MiB of Python memory at its peak: read "
+        "and hash it in chunks (1 MiB, say; a few MiB at most) rather than reading the whole file at once",
+    )

@@ -18,6 +18,7 @@ hashing catches the visible edits, as nbgrader's does.)
 Statuses: ok (ran to the end, protected cells intact), tampered, timeout, crashed, error (not JSON,
 not a lab, a lab missing from labs/); tampered combines with a run failure: "tampered+timeout".
 """
+
 from __future__ import annotations
 
 import ast
@@ -64,6 +65,7 @@ def lab_index(labs_root: Path, first_only: bool = True):
 
 # --- tampering -------------------------------------------------------------------------------
 
+
 def cell_hash(cell) -> str:
     source = "\n".join(line.rstrip() for line in cell.source.strip().splitlines())
     return hashlib.sha256(f"{cell.cell_type}\n{source}".encode()).hexdigest()
@@ -105,9 +107,13 @@ def _check_names(origin: str) -> dict[str, str]:
             names = {}
             for node in ast.parse(Path(origin).read_text(encoding="utf-8")).body:
                 for dec in getattr(node, "decorator_list", []):
-                    if (isinstance(node, ast.FunctionDef) and isinstance(dec, ast.Call)
-                            and getattr(dec.func, "id", "") == "check"
-                            and len(dec.args) >= 2 and isinstance(dec.args[1], ast.Constant)):
+                    if (
+                        isinstance(node, ast.FunctionDef)
+                        and isinstance(dec, ast.Call)
+                        and getattr(dec.func, "id", "") == "check"
+                        and len(dec.args) >= 2
+                        and isinstance(dec.args[1], ast.Constant)
+                    ):
                         names[node.name] = dec.args[1].value
             _CHECK_NAMES[origin] = names
         return _CHECK_NAMES[origin]
@@ -125,6 +131,7 @@ def expected_checks(lab: str, lab_nb) -> list[str]:
 
 # --- grading ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Graded:
     learner: str
@@ -140,8 +147,14 @@ class Graded:
         return f"{sum(c['passed'] for c in self.checks)}/{len(self.checks)}"
 
     def rows(self) -> list[dict]:
-        base = {"learner": self.learner, "lab": self.lab, "file": self.file, "seconds": f"{self.seconds:.1f}",
-                "status": self.status, "detail": self.detail}
+        base = {
+            "learner": self.learner,
+            "lab": self.lab,
+            "file": self.file,
+            "seconds": f"{self.seconds:.1f}",
+            "status": self.status,
+            "detail": self.detail,
+        }
         if not self.checks:
             return [{**base, "check": "", "passed": False, "message": self.detail}]
         return [{**base, **c} for c in self.checks]
@@ -198,8 +211,14 @@ def grade_one(learner: str, path: Path, index: dict[str, Path], limit_s: float) 
     return g
 
 
-def grade(root: str | Path, labs_root: str | Path = "labs", jobs: int = 2, limit_s: float = 300,
-          csv_path: str | Path | None = None, progress=None) -> list[Graded]:
+def grade(
+    root: str | Path,
+    labs_root: str | Path = "labs",
+    jobs: int = 2,
+    limit_s: float = 300,
+    csv_path: str | Path | None = None,
+    progress=None,
+) -> list[Graded]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a folder of submissions")
@@ -241,6 +260,7 @@ def summary_table(results: list[Graded]) -> str:
 
 # --- reset -----------------------------------------------------------------------------------
 
+
 def backup_path(path: Path, now: datetime | None = None) -> Path:
     """PATH.bak-YYYYmmdd-HHMMSS.ipynb beside PATH; -1, -2, ... when that name is taken."""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
@@ -272,10 +292,14 @@ def fresh_text(path: Path, labs_root: Path, solutions_root: Path) -> tuple[str, 
     for sol, name in lab_index(solutions_root, first_only=False):
         if name == lab:
             return render(build_notebook(sol)), f"a fresh build of {sol}"
-    raise LabFormatError(f"no fresh copy of lab {lab!r}: it is in neither {labs_root} (as another file) nor {solutions_root}")
+    raise LabFormatError(
+        f"no fresh copy of lab {lab!r}: it is in neither {labs_root} (as another file) nor {solutions_root}"
+    )
 
 
-def reset(path: str | Path, labs_root: str | Path = "labs", solutions_root: str | Path = "solutions") -> tuple[Path, str]:
+def reset(
+    path: str | Path, labs_root: str | Path = "labs", solutions_root: str | Path = "solutions"
+) -> tuple[Path, str]:
     """Replace the notebook at `path` with a fresh copy of its lab; return (backup, source)."""
     path = Path(path)
     if not path.is_file():
@@ -289,5 +313,8 @@ def reset(path: str | Path, labs_root: str | Path = "labs", solutions_root: str 
 
 
 def print_progress(g: Graded) -> None:
-    print(f"graded {g.learner} {g.lab or Path(g.file).name}: {g.score} {g.status} ({g.seconds:.0f} s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"graded {g.learner} {g.lab or Path(g.file).name}: {g.score} {g.status} ({g.seconds:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -18,6 +18,7 @@ What the timer must guarantee, one check each:
 - an exception from fn or sync reaches the caller (a timer that swallows it reports a broken run
   as a measurement).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,13 @@ class FakeDevice:
     call raise, like a device error.
     """
 
-    def __init__(self, launch_ms=lambda k: 0.0, work_ms=lambda k: 0.0, fail_fn_at: int | None = None,
-                 fail_sync_at: int | None = None):
+    def __init__(
+        self,
+        launch_ms=lambda k: 0.0,
+        work_ms=lambda k: 0.0,
+        fail_fn_at: int | None = None,
+        fail_sync_at: int | None = None,
+    ):
         self.launch_ms, self.work_ms = launch_ms, work_ms
         self.fail_fn_at, self.fail_sync_at = fail_fn_at, fail_sync_at
         self.now = 1000.0  # seconds; a perf_counter origin is arbitrary
@@ -120,13 +126,18 @@ def _run(measure, dev: FakeDevice, *, use_sync: bool = True, **kwargs) -> dict:
     expect(isinstance(out, dict), f"measure_latency should return a dict with keys {KEYS}, got {type(out).__name__}")
     missing = [k for k in KEYS if k not in out]
     expect(not missing, f"the result is missing {missing}; return a dict with keys {KEYS}")
-    expect(dev.reads > 0, "your timer never called time.perf_counter(): the checks drive it with a fake clock that "
-                          "stands in for time.perf_counter, so time the calls with it (as `time.perf_counter()`, "
-                          "not time.time() or a copy imported with `from time import ...`)")
+    expect(
+        dev.reads > 0,
+        "your timer never called time.perf_counter(): the checks drive it with a fake clock that "
+        "stands in for time.perf_counter, so time the calls with it (as `time.perf_counter()`, "
+        "not time.time() or a copy imported with `from time import ...`)",
+    )
     for k in KEYS[:3]:
         expect(_is_number(out[k]), f"{k} should be a number of milliseconds, got {type(out[k]).__name__} {out[k]!r}")
-    expect(isinstance(out["n"], numbers.Integral) and not isinstance(out["n"], (bool, np.bool_)),
-           f"n should be an int (how many calls were timed), got {type(out['n']).__name__} {out['n']!r}")
+    expect(
+        isinstance(out["n"], numbers.Integral) and not isinstance(out["n"], (bool, np.bool_)),
+        f"n should be an int (how many calls were timed), got {type(out['n']).__name__} {out['n']!r}",
+    )
     return out
 
 
@@ -148,16 +159,25 @@ def check_counts_runs(measure):
     for warmup, iters in ((3, 12), (0, 7), (4, 1), (11, 23)):
         dev = FakeDevice(launch_ms=lambda k: 1.0)
         out = _run(measure, dev, warmup=warmup, iters=iters)
-        expect(dev.calls == warmup + iters, f"with warmup={warmup} and iters={iters}, fn should be called "
-                                            f"{warmup + iters} times; it was called {dev.calls}. Use the arguments, "
-                                            "not fixed numbers.")
-        expect(out["n"] == iters, f"with warmup={warmup} and iters={iters}, n should count the {iters} timed calls "
-                                  f"only (not the warm-up); got n={out['n']}")
+        expect(
+            dev.calls == warmup + iters,
+            f"with warmup={warmup} and iters={iters}, fn should be called "
+            f"{warmup + iters} times; it was called {dev.calls}. Use the arguments, "
+            "not fixed numbers.",
+        )
+        expect(
+            out["n"] == iters,
+            f"with warmup={warmup} and iters={iters}, n should count the {iters} timed calls "
+            f"only (not the warm-up); got n={out['n']}",
+        )
     dev = FakeDevice(launch_ms=lambda k: 1.0)
     out = _run(measure, dev, use_sync=False)
-    expect(dev.calls == 35 and out["n"] == 30, "called as measure_latency(fn), with the defaults warmup=5 and "
-                                               f"iters=30, fn should run 35 times and n be 30; got {dev.calls} calls "
-                                               f"and n={out['n']}")
+    expect(
+        dev.calls == 35 and out["n"] == 30,
+        "called as measure_latency(fn), with the defaults warmup=5 and "
+        f"iters=30, fn should run 35 times and n be 30; got {dev.calls} calls "
+        f"and n={out['n']}",
+    )
 
 
 @check(LAB, "excludes warm-up")
@@ -167,9 +187,14 @@ def check_excludes_warmup(measure):
         dev = FakeDevice(launch_ms=lambda k, w=warmup: 80.0 if k < w else 2.0)
         out = _run(measure, dev, warmup=warmup, iters=iters)
         for key in KEYS[:3]:
-            _field(out, key, 2.0, f"with warmup={warmup}, the {warmup} warm-up calls take 80 ms (a cold start) and "
-                                  f"each of the {iters} calls after them 2 ms, so every percentile is 2 ms. A cold "
-                                  "call was timed: time only the calls after the warm-up")
+            _field(
+                out,
+                key,
+                2.0,
+                f"with warmup={warmup}, the {warmup} warm-up calls take 80 ms (a cold start) and "
+                f"each of the {iters} calls after them 2 ms, so every percentile is 2 ms. A cold "
+                "call was timed: time only the calls after the warm-up",
+            )
 
 
 # 200 timed calls: 186 take 2 ms, 10 take 9 ms, 3 take 30 ms, 1 takes 250 ms (mean 4.01 ms). Each
@@ -178,9 +203,11 @@ def check_excludes_warmup(measure):
 _DIST = [2.0] * 186 + [9.0] * 10 + [30.0] * 3 + [250.0]
 _ORDER = np.random.default_rng(7).permutation(len(_DIST))  # the slow calls come in no particular order
 _SHUFFLED = [_DIST[i] for i in _ORDER]
-_WHY = ("of the 200 timed calls 186 take 2 ms, 10 take 9 ms, 3 take 30 ms and 1 takes 250 ms (in no order; the "
-        "mean is 4.01 ms, the max 250 ms), so p50 = 2, p95 = 9 and p99 = 30 ms. Is this field the right percentile "
-        "of the sorted samples, in percent (not a fraction), and not the mean or the max")
+_WHY = (
+    "of the 200 timed calls 186 take 2 ms, 10 take 9 ms, 3 take 30 ms and 1 takes 250 ms (in no order; the "
+    "mean is 4.01 ms, the max 250 ms), so p50 = 2, p95 = 9 and p99 = 30 ms. Is this field the right percentile "
+    "of the sorted samples, in percent (not a fraction), and not the mean or the max"
+)
 
 
 @check(LAB, "reports percentiles, not the mean")
@@ -199,7 +226,7 @@ def _sync_order(dev: FakeDevice, warmup: int) -> str | None:
     fn_at = {k: i for i, (kind, k) in enumerate(ev) if kind == "fn"}
 
     def synced_before_next_clock(i: int) -> bool | None:
-        for kind, _ in ev[i + 1:]:
+        for kind, _ in ev[i + 1 :]:
             if kind == "sync":
                 return True
             if kind == "clock":
@@ -209,16 +236,22 @@ def _sync_order(dev: FakeDevice, warmup: int) -> str | None:
     for k in range(warmup, dev.calls):
         ok = synced_before_next_clock(fn_at[k])
         if ok is None:
-            return (f"after timed call {k - warmup + 1} the clock was never read again: read it after fn() and "
-                    "sync() to end the sample")
+            return (
+                f"after timed call {k - warmup + 1} the clock was never read again: read it after fn() and "
+                "sync() to end the sample"
+            )
         if not ok:
-            return (f"after timed call {k - warmup + 1}, the clock was read before sync() ran, so the sample holds "
-                    "only the launch, not the work fn() queued. The order inside a sample must be: read the clock, "
-                    "fn(), sync(), read the clock")
+            return (
+                f"after timed call {k - warmup + 1}, the clock was read before sync() ran, so the sample holds "
+                "only the launch, not the work fn() queued. The order inside a sample must be: read the clock, "
+                "fn(), sync(), read the clock"
+            )
     if warmup and synced_before_next_clock(fn_at[warmup - 1]) is False:
-        return ("after the last warm-up call the clock was read before any sync(): the work the warm-up calls "
-                "queued is still running and lands in the first timed sample. Sync once after the warm-up loop, "
-                "before timing starts")
+        return (
+            "after the last warm-up call the clock was read before any sync(): the work the warm-up calls "
+            "queued is still running and lands in the first timed sample. Sync once after the warm-up loop, "
+            "before timing starts"
+        )
     return None
 
 
@@ -232,13 +265,21 @@ def check_syncs(measure):
     warmup, iters = 3, 15
     dev = FakeDevice(launch_ms=lambda k: 0.05, work_ms=lambda k: 60.0 if k < warmup else 10.0)
     out = _run(measure, dev, warmup=warmup, iters=iters)
-    expect(dev.syncs > 0, "sync() was never called: on a GPU fn() returns when the work is queued, so without "
-                          "sync() you time the launch (0.05 ms here), not the 10 ms of work")
+    expect(
+        dev.syncs > 0,
+        "sync() was never called: on a GPU fn() returns when the work is queued, so without "
+        "sync() you time the launch (0.05 ms here), not the 10 ms of work",
+    )
     problem = _sync_order(dev, warmup)
     expect(problem is None, problem or "")
     for key in KEYS[:3]:
-        _field(out, key, 10.05, "each timed call launches in 0.05 ms and its work finishes 10 ms later, so every "
-                                "sample is 10.05 ms once sync() waits for it")
+        _field(
+            out,
+            key,
+            10.05,
+            "each timed call launches in 0.05 ms and its work finishes 10 ms later, so every "
+            "sample is 10.05 ms once sync() waits for it",
+        )
 
 
 @check(LAB, "one timed call, and none")
@@ -248,8 +289,13 @@ def check_boundaries(measure):
     out = _run(measure, dev, warmup=2, iters=1)
     expect(out["n"] == 1, f"with iters=1, n should be 1; got {out['n']}")
     for key in KEYS[:3]:
-        _field(out, key, 3.0, "with iters=1 the one timed call takes 3 ms (the 2 warm-up calls 50 ms), so each "
-                              "percentile of that single sample is 3 ms")
+        _field(
+            out,
+            key,
+            3.0,
+            "with iters=1 the one timed call takes 3 ms (the 2 warm-up calls 50 ms), so each "
+            "percentile of that single sample is 3 ms",
+        )
     dev = FakeDevice(launch_ms=lambda k: 2.0)
     try:
         with dev.installed():
@@ -260,16 +306,21 @@ def check_boundaries(measure):
         return
     if isinstance(out, dict):
         reported = {k: out.get(k) for k in KEYS[:3] if _is_number(out.get(k)) and math.isfinite(out.get(k))}
-        expect(not reported, f"with iters=0 nothing was timed, yet your timer reported {reported}: a latency of a "
-                             "run that never happened. Let it raise an error (or report NaN), not a number.")
+        expect(
+            not reported,
+            f"with iters=0 nothing was timed, yet your timer reported {reported}: a latency of a "
+            "run that never happened. Let it raise an error (or report NaN), not a number.",
+        )
 
 
 @check(LAB, "errors reach the caller")
 def check_errors_propagate(measure):
     """An exception from fn (in the warm-up or a timed call) or from sync must not be swallowed."""
-    cases = (("fn", dict(fail_fn_at=5), "fn() raised on its 6th call (the 3rd timed one)"),
-             ("fn", dict(fail_fn_at=1), "fn() raised during the warm-up (its 2nd call)"),
-             ("sync", dict(fail_sync_at=4), "sync() raised on its 5th call (a device error surfaces at the sync)"))
+    cases = (
+        ("fn", dict(fail_fn_at=5), "fn() raised on its 6th call (the 3rd timed one)"),
+        ("fn", dict(fail_fn_at=1), "fn() raised during the warm-up (its 2nd call)"),
+        ("sync", dict(fail_sync_at=4), "sync() raised on its 5th call (a device error surfaces at the sync)"),
+    )
     for source, fail, what in cases:
         dev = FakeDevice(launch_ms=lambda k: 2.0, **fail)
         try:
@@ -278,11 +329,16 @@ def check_errors_propagate(measure):
         except NotImplementedError:
             raise
         except Exception as e:  # noqa: BLE001
-            expect(_caused_by(e, DeviceError),
-                   f"{what}: DeviceError('the device reported an error ...'), but your timer raised "
-                   f"{type(e).__name__}: {e} instead, which hides the cause: let the original error through")
+            expect(
+                _caused_by(e, DeviceError),
+                f"{what}: DeviceError('the device reported an error ...'), but your timer raised "
+                f"{type(e).__name__}: {e} instead, which hides the cause: let the original error through",
+            )
             continue
         if source == "sync" and dev.syncs <= fail["fail_sync_at"]:
             continue  # this timer syncs less often than that: check_syncs tells it what is missing
-        expect(False, f"{what}, but your timer returned {out!r} as if the run had worked: do not catch the "
-                      "error; a measurement of a failing function is not a measurement")
+        expect(
+            False,
+            f"{what}, but your timer returned {out!r} as if the run had worked: do not catch the "
+            "error; a measurement of a failing function is not a measurement",
+        )

@@ -21,6 +21,7 @@ What each must guarantee, and so what the checks test:
 The gate checks use synthetic predictors whose accuracies we set exactly (X holds row indices in its first
 column; the logits are all negative, so only an argmax over the classes reads them right).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -61,9 +62,11 @@ def _collect(reader, what: str, limit: int) -> list[np.ndarray]:
         b = _next(reader, what)
         if b is None:
             return batches
-        expect(isinstance(b, dict) and list(b) == ["input"],
-               f"{what}: each batch should be a dict {{'input': array}} (the model's input name, and nothing else); "
-               f"got {type(b).__name__} {list(b) if isinstance(b, dict) else ''}")
+        expect(
+            isinstance(b, dict) and list(b) == ["input"],
+            f"{what}: each batch should be a dict {{'input': array}} (the model's input name, and nothing else); "
+            f"got {type(b).__name__} {list(b) if isinstance(b, dict) else ''}",
+        )
         arr = b["input"]
         expect(isinstance(arr, np.ndarray), f"{what}: batch['input'] should be a NumPy array; got {type(arr).__name__}")
         batches.append(np.array(arr, copy=True))
@@ -73,23 +76,32 @@ def _collect(reader, what: str, limit: int) -> list[np.ndarray]:
 def _expect_batches(batches: list[np.ndarray], X: np.ndarray, batch_size: int, what: str) -> None:
     n, width = X.shape
     for arr in batches:
-        expect(arr.dtype == np.float32,
-               f"{what}: each batch should be float32 (ONNX Runtime refuses other types); got {arr.dtype}")
-        expect(arr.ndim == 2 and arr.shape[1] == width,
-               f"{what}: each batch should have shape (rows, {width}) - 2-D, as many columns as the data; "
-               f"got shape {arr.shape}")
+        expect(
+            arr.dtype == np.float32,
+            f"{what}: each batch should be float32 (ONNX Runtime refuses other types); got {arr.dtype}",
+        )
+        expect(
+            arr.ndim == 2 and arr.shape[1] == width,
+            f"{what}: each batch should have shape (rows, {width}) - 2-D, as many columns as the data; "
+            f"got shape {arr.shape}",
+        )
     sizes = [len(a) for a in batches]
     want = [min(batch_size, n - start) for start in range(0, n, batch_size)]
-    expect(sizes == want,
-           f"{what}: the batches should have {_sizes(want)} rows (batch_size={batch_size}, then what is left); "
-           f"yours have {_sizes(sizes)}")
+    expect(
+        sizes == want,
+        f"{what}: the batches should have {_sizes(want)} rows (batch_size={batch_size}, then what is left); "
+        f"yours have {_sizes(sizes)}",
+    )
     rows = np.concatenate(batches) if batches else np.zeros((0, width), np.float32)
     expected = X.astype(np.float32)
     if not np.array_equal(rows, expected):
         same_rows = sorted(map(bytes, rows)) == sorted(map(bytes, expected))
-        expect(False, f"{what}: the batches together should be exactly the calibration rows, in order, with their "
-                      "values unchanged (only cast to float32); "
-                      + ("yours hold the same rows in another order" if same_rows else "yours hold other values"))
+        expect(
+            False,
+            f"{what}: the batches together should be exactly the calibration rows, in order, with their "
+            "values unchanged (only cast to float32); "
+            + ("yours hold the same rows in another order" if same_rows else "yours hold other values"),
+        )
 
 
 def _sizes(sizes: list[int]) -> str:
@@ -107,23 +119,28 @@ def check_reader_batches(reader_cls):
     expect(len(batches) > 0, f"{what}: get_next() returned None at once: yield the data first")
     _expect_batches(batches, X, 32, what)
     for _ in range(2):
-        expect(_next(reader, what) is None, f"{what}: after returning None, get_next() should keep returning None "
-                                          "(the data is used up) until rewind() is called")
+        expect(
+            _next(reader, what) is None,
+            f"{what}: after returning None, get_next() should keep returning None "
+            "(the data is used up) until rewind() is called",
+        )
 
 
 @check(LAB, "reader handles any batch size, row count and width; rewind() starts over")
 def check_reader_edges(reader_cls):
     cases = (  # (rows, width, dtype, batch_size): boundaries and shapes the example does not use
-        (96, 64, np.float32, 32),   # a whole number of batches: no empty batch at the end
-        (5, 64, np.float64, 1),     # batches of one row stay 2-D
-        (1, 64, np.float32, 32),    # a single row
+        (96, 64, np.float32, 32),  # a whole number of batches: no empty batch at the end
+        (5, 64, np.float64, 1),  # batches of one row stay 2-D
+        (1, 64, np.float32, 32),  # a single row
         (10, 64, np.float32, 100),  # batch_size larger than the data
-        (45, 13, np.int64, 8),      # 13 features, integer intensities
-        (0, 64, np.float32, 32),    # no rows at all
+        (45, 13, np.int64, 8),  # 13 features, integer intensities
+        (0, 64, np.float32, 32),  # no rows at all
     )
     for rows, width, dtype, batch_size in cases:
         X = _data(rows, width, dtype, seed=rows)
-        what = f"with {rows} row{'s' if rows != 1 else ''} of {width} {np.dtype(dtype).name} and batch_size={batch_size}"
+        what = (
+            f"with {rows} row{'s' if rows != 1 else ''} of {width} {np.dtype(dtype).name} and batch_size={batch_size}"
+        )
         reader = reader_cls(X, batch_size=batch_size)
         batches = _collect(reader, what, rows + 3)
         _expect_batches(batches, X, batch_size, what)
@@ -133,8 +150,11 @@ def check_reader_edges(reader_cls):
     _collect(reader, "with 40 rows", 43)
     reader.rewind()
     again = _collect(reader, "after rewind()", 43)
-    expect(len(again) > 0, "after rewind(), get_next() should start again from the first row; it returned None. "
-                           "rewind() resets self.position: keep your cursor there")
+    expect(
+        len(again) > 0,
+        "after rewind(), get_next() should start again from the first row; it returned None. "
+        "rewind() resets self.position: keep your cursor there",
+    )
     _expect_batches(again, X, 16, "after rewind(), with 40 rows and batch_size=16")
     A, B = _data(30, seed=2), _data(20, seed=3)
     ra, rb = reader_cls(A, batch_size=10), reader_cls(B, batch_size=10)
@@ -161,8 +181,11 @@ def check_reader_calibrates(reader_cls, fp32_path, X_calib, X_test, y_test):
         out = Path(tmp) / "int8.onnx"
         quantize_static(str(fp32_path), str(out), reader_cls(X_calib, batch_size=32), quant_format=QuantFormat.QDQ)
         fp32, int8 = accuracy(fp32_path), accuracy(out)
-    expect(fp32 - int8 <= 0.01, f"calibrated with your reader, INT8 accuracy is {int8:.2%} vs FP32 {fp32:.2%}: "
-                                "more than 1 point lost. Does the reader give every calibration row?")
+    expect(
+        fp32 - int8 <= 0.01,
+        f"calibrated with your reader, INT8 accuracy is {int8:.2%} vs FP32 {fp32:.2%}: "
+        "more than 1 point lost. Does the reader give every calibration row?",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the gate
@@ -188,13 +211,23 @@ def _predictor(correct: np.ndarray, labels: np.ndarray, classes: int, seed: int)
 class _Case:
     """Data X (row indices in column 0), labels y and two predictors right on exactly the given rows."""
 
-    def __init__(self, fp32_right: int, int8_right: int, n: int = N, classes: int = 2, disjoint: bool = False,
-                 width: int = 1, label_dtype=np.int64, seed: int = 0):
+    def __init__(
+        self,
+        fp32_right: int,
+        int8_right: int,
+        n: int = N,
+        classes: int = 2,
+        disjoint: bool = False,
+        width: int = 1,
+        label_dtype=np.int64,
+        seed: int = 0,
+    ):
         rng = np.random.default_rng(seed)
         self.n, self.classes, self.fp32_right, self.int8_right = n, classes, fp32_right, int8_right
         self.y = (np.arange(n) % classes).astype(label_dtype)
-        self.X = np.concatenate([np.arange(n, dtype=np.float32).reshape(-1, 1),
-                                 rng.random((n, width - 1)).astype(np.float32)], axis=1)
+        self.X = np.concatenate(
+            [np.arange(n, dtype=np.float32).reshape(-1, 1), rng.random((n, width - 1)).astype(np.float32)], axis=1
+        )
         rows = np.arange(n)
         fp32 = rows < fp32_right
         int8 = rows >= n - int8_right if disjoint else rows < int8_right  # disjoint: right on other rows
@@ -204,14 +237,18 @@ class _Case:
         self.drop = (fp32_right - int8_right) / n * 100
 
     def describe(self) -> str:
-        return (f"with {self.n} row{'s' if self.n != 1 else ''}, {self.classes} classes "
-                f"(FP32 right on {self.fp32_right}, INT8 on {self.int8_right})")
+        return (
+            f"with {self.n} row{'s' if self.n != 1 else ''}, {self.classes} classes "
+            f"(FP32 right on {self.fp32_right}, INT8 on {self.int8_right})"
+        )
 
 
 def _run(gate, case: _Case, *args, **kwargs) -> dict:
     out = gate(case.fp32, case.int8, case.X, case.y, *args, **kwargs)
-    expect(isinstance(out, dict) and all(k in out for k in KEYS),
-           f"int8_gate should return a dict with keys {KEYS}; got {out!r}")
+    expect(
+        isinstance(out, dict) and all(k in out for k in KEYS),
+        f"int8_gate should return a dict with keys {KEYS}; got {out!r}",
+    )
     return out
 
 
@@ -248,69 +285,94 @@ def _expect_fields(out: dict, case: _Case, max_drop: float, advice: str = "") ->
     if not isinstance(got, (bool, np.bool_)):
         wrong.append(f"passed should be True or False, got {got!r}")
     elif bool(got) != want_pass:
-        wrong.append(f"passed should be {want_pass} (a drop of {case.drop:.6g} points, max_drop_points={max_drop}); "
-                     f"got {bool(got)}")
+        wrong.append(
+            f"passed should be {want_pass} (a drop of {case.drop:.6g} points, max_drop_points={max_drop}); "
+            f"got {bool(got)}"
+        )
     expect(not wrong, f"{case.describe()}: " + "; ".join(wrong) + (f". {advice}" if advice else ""))
 
 
 @check(LAB, "gate compares with FP32 accuracy on the same data")
 def check_gate_baseline(gate):
     case = _Case(700, 700, disjoint=True)  # 70 % each, but right on different rows
-    _expect_fields(_run(gate, case), case, 0.5,
-                   advice="Both models are 70 % accurate, on different rows, so the drop is 0 points and the gate "
-                          "must pass. Measure each model's accuracy against the labels y on the same X - not INT8's "
-                          "predictions against FP32's, and not against a perfect score")
+    _expect_fields(
+        _run(gate, case),
+        case,
+        0.5,
+        advice="Both models are 70 % accurate, on different rows, so the drop is 0 points and the gate "
+        "must pass. Measure each model's accuracy against the labels y on the same X - not INT8's "
+        "predictions against FP32's, and not against a perfect score",
+    )
     case = _Case(900, 850)
-    _expect_fields(_run(gate, case), case, 0.5,
-                   advice="FP32 is 90 % and INT8 85 % accurate: a 5-point drop must fail a 0.5-point gate. Is the "
-                          "baseline really FP32 measured on the same data?")
-    for case in (_Case(230, 221, n=250, classes=10, width=64, seed=3),          # digits-like: 10 classes, 64 features
-                 _Case(5, 6, n=7, classes=3, label_dtype=np.int32, seed=4),      # 3 classes, int32 labels, INT8 better
-                 _Case(1, 0, n=1, classes=10, seed=5),                           # a single row
-                 _Case(3, 0, n=4, classes=2, seed=6),                            # INT8 never right
-                 _Case(1460, 1460, n=1600, classes=4, disjoint=True, seed=7)):   # same accuracy, different rows
+    _expect_fields(
+        _run(gate, case),
+        case,
+        0.5,
+        advice="FP32 is 90 % and INT8 85 % accurate: a 5-point drop must fail a 0.5-point gate. Is the "
+        "baseline really FP32 measured on the same data?",
+    )
+    for case in (
+        _Case(230, 221, n=250, classes=10, width=64, seed=3),  # digits-like: 10 classes, 64 features
+        _Case(5, 6, n=7, classes=3, label_dtype=np.int32, seed=4),  # 3 classes, int32 labels, INT8 better
+        _Case(1, 0, n=1, classes=10, seed=5),  # a single row
+        _Case(3, 0, n=4, classes=2, seed=6),  # INT8 never right
+        _Case(1460, 1460, n=1600, classes=4, disjoint=True, seed=7),
+    ):  # same accuracy, different rows
         _expect_fields(_run(gate, case), case, 0.5)
 
 
 @check(LAB, "gate applies the threshold it is given")
 def check_gate_threshold(gate):
-    for fp32_right, int8_right, max_drop, expected in ((900, 896, 0.5, True), (900, 894, 0.5, False),
-                                                       (900, 885, 2.0, True), (900, 885, 1.0, False)):
+    for fp32_right, int8_right, max_drop, expected in (
+        (900, 896, 0.5, True),
+        (900, 894, 0.5, False),
+        (900, 885, 2.0, True),
+        (900, 885, 1.0, False),
+    ):
         case = _Case(fp32_right, int8_right)
         out = _run(gate, case, max_drop_points=max_drop)
-        expect(bool(out["passed"]) == expected,
-               f"a drop of {case.drop:.1f} points with max_drop_points={max_drop} should "
-               f"{'pass' if expected else 'fail'}; your gate says {'pass' if out['passed'] else 'fail'}. "
-               "Use max_drop_points, and compare points with points (accuracy difference x 100).")
+        expect(
+            bool(out["passed"]) == expected,
+            f"a drop of {case.drop:.1f} points with max_drop_points={max_drop} should "
+            f"{'pass' if expected else 'fail'}; your gate says {'pass' if out['passed'] else 'fail'}. "
+            "Use max_drop_points, and compare points with points (accuracy difference x 100).",
+        )
     for fp32_right, int8_right, n, max_drop, why in (
-            (900, 895, 1000, 0.5, "a drop exactly at the limit passes; in floats, 0.9 - 0.895 is not exactly 0.005"),
-            (900, 880, 1000, 2.0, "a drop exactly at the limit passes"),
-            (900, 879, 1000, 2.0, "one row more than the limit fails"),
-            (900, 900, 1000, 0.0, "with max_drop_points=0, no drop at all passes"),
-            (900, 899, 1000, 0.0, "with max_drop_points=0, any drop fails"),
-            (1800, 1789, 2000, 0.5, "0.55 points is above 0.5: do not round the drop, or widen the limit"),
-            (4500, 4473, 5000, 0.5, "0.54 points is above 0.5: do not round the drop"),
-            (900, 600, 1000, 50.0, "a generous limit lets a 30-point drop through"),
-            (900, 300, 1000, 50.0, "60 points is above a 50-point limit"),
-            (850, 880, 1000, 0.5, "INT8 3 points *better* than FP32 is a drop of -3 and passes")):
+        (900, 895, 1000, 0.5, "a drop exactly at the limit passes; in floats, 0.9 - 0.895 is not exactly 0.005"),
+        (900, 880, 1000, 2.0, "a drop exactly at the limit passes"),
+        (900, 879, 1000, 2.0, "one row more than the limit fails"),
+        (900, 900, 1000, 0.0, "with max_drop_points=0, no drop at all passes"),
+        (900, 899, 1000, 0.0, "with max_drop_points=0, any drop fails"),
+        (1800, 1789, 2000, 0.5, "0.55 points is above 0.5: do not round the drop, or widen the limit"),
+        (4500, 4473, 5000, 0.5, "0.54 points is above 0.5: do not round the drop"),
+        (900, 600, 1000, 50.0, "a generous limit lets a 30-point drop through"),
+        (900, 300, 1000, 50.0, "60 points is above a 50-point limit"),
+        (850, 880, 1000, 0.5, "INT8 3 points *better* than FP32 is a drop of -3 and passes"),
+    ):
         case = _Case(fp32_right, int8_right, n=n, classes=10, seed=n + int8_right)
         out = _run(gate, case, max_drop_points=max_drop)
         want = case.drop <= max_drop + 1e-9
-        expect(bool(out["passed"]) == want,
-               f"{case.describe()}: the drop is {case.drop:.6g} points; with max_drop_points={max_drop} the gate should "
-               f"{'pass' if want else 'fail'}, yours says {'pass' if out['passed'] else 'fail'} ({why})")
+        expect(
+            bool(out["passed"]) == want,
+            f"{case.describe()}: the drop is {case.drop:.6g} points; with max_drop_points={max_drop} the gate should "
+            f"{'pass' if want else 'fail'}, yours says {'pass' if out['passed'] else 'fail'} ({why})",
+        )
         _expect_fields(out, case, max_drop)
     for int8_right, want in ((895, True), (894, False)):  # the default is 0.5 points
         case = _Case(900, int8_right, classes=3, seed=int8_right)
         out = _run(gate, case)
-        expect(bool(out["passed"]) == want,
-               f"called without max_drop_points, a drop of {case.drop:.1f} points should "
-               f"{'pass' if want else 'fail'} (the default limit is 0.5); yours says "
-               f"{'pass' if out['passed'] else 'fail'}")
+        expect(
+            bool(out["passed"]) == want,
+            f"called without max_drop_points, a drop of {case.drop:.1f} points should "
+            f"{'pass' if want else 'fail'} (the default limit is 0.5); yours says "
+            f"{'pass' if out['passed'] else 'fail'}",
+        )
     case = _Case(900, 885, classes=2, seed=9)
     out = _run(gate, case, 2.0)  # the limit given positionally
-    expect(bool(out["passed"]), "int8_gate(fp32, int8, X, y, 2.0): a 1.5-point drop should pass a 2-point limit; "
-                                "yours says fail")
+    expect(
+        bool(out["passed"]),
+        "int8_gate(fp32, int8, X, y, 2.0): a 1.5-point drop should pass a 2-point limit; yours says fail",
+    )
 
 
 class _ModelError(RuntimeError):
@@ -347,19 +409,25 @@ def check_gate_failures(gate):
     _expect_fields(_run(gate, case), case, 0.5)  # it measures when it can: refusing everything is no gate
     empty_X, empty_y = case.X[:0], case.y[:0]
     kind, out = _verdict(gate, case.fp32, case.int8, empty_X, empty_y)
-    expect(_refused(kind, out),
-           f"with no held-out rows (X of shape {empty_X.shape}) nothing was measured, yet your gate returned {out!r}: "
-           "an empty evaluation set must not ship a model (raise, or return passed=False)")
+    expect(
+        _refused(kind, out),
+        f"with no held-out rows (X of shape {empty_X.shape}) nothing was measured, yet your gate returned {out!r}: "
+        "an empty evaluation set must not ship a model (raise, or return passed=False)",
+    )
     for who, fp32, int8 in (("int8_predict", case.fp32, _raises), ("fp32_predict", _raises, case.int8)):
         kind, out = _verdict(gate, fp32, int8, case.X, case.y)
-        expect(_refused(kind, out),
-               f"{who} raised RuntimeError (a broken model) and your gate returned {out!r}: do not swallow a "
-               "model's errors - let them propagate (or fail the gate)")
+        expect(
+            _refused(kind, out),
+            f"{who} raised RuntimeError (a broken model) and your gate returned {out!r}: do not swallow a "
+            "model's errors - let them propagate (or fail the gate)",
+        )
 
     def short(X):  # one row missing: a model whose output does not line up with the labels
         return case.int8(X)[:-1]
 
     kind, out = _verdict(gate, case.fp32, short, case.X, case.y)
-    expect(_refused(kind, out),
-           f"int8_predict returned {len(case.X) - 1} rows of logits for {len(case.X)} inputs, and your gate returned "
-           f"{out!r}: every input needs its own prediction, compared with its own label")
+    expect(
+        _refused(kind, out),
+        f"int8_predict returned {len(case.X) - 1} rows of logits for {len(case.X)} inputs, and your gate returned "
+        f"{out!r}: every input needs its own prediction, compared with its own label",
+    )

@@ -22,6 +22,7 @@ The checks are derived from what each function must guarantee:
       an empty batch; it stops when the batch is full, so what follows (expired or not) stays queued, in
       order, in the deque it was given (mutated in place, not rebound).
 """
+
 from __future__ import annotations
 
 import time
@@ -38,7 +39,7 @@ LAB = "lab_admission_control"
 
 class Request(NamedTuple):
     id: int
-    deadline: float   # seconds on the same clock as `now`
+    deadline: float  # seconds on the same clock as `now`
 
 
 def _admit_all(admit, queue, requests, max_queue):
@@ -49,15 +50,24 @@ def _admit_all(admit, queue, requests, max_queue):
             out = admit(queue, r, max_queue)
         except QueueFullError:
             rejected.append(r)
-            expect(list(queue) == before, f"max_queue={max_queue}: admit() refused request {r.id} but changed the "
-                                          f"queue from {_ids(before)} to {_ids(queue)}: a "
-                                          "refusal must leave the queue exactly as it was")
+            expect(
+                list(queue) == before,
+                f"max_queue={max_queue}: admit() refused request {r.id} but changed the "
+                f"queue from {_ids(before)} to {_ids(queue)}: a "
+                "refusal must leave the queue exactly as it was",
+            )
             continue
-        expect(out is None or out is True, "admit() should return nothing when it accepts and raise QueueFullError "
-                                           f"when it refuses; it returned {out!r}")
-        expect(list(queue) == before + [r], f"max_queue={max_queue}: after accepting request {r.id} into "
-                                            f"{_ids(before)} the queue should be {_ids(before + [r])} (the "
-                                            f"same Request object, at the back); it is {_ids(queue)}")
+        expect(
+            out is None or out is True,
+            "admit() should return nothing when it accepts and raise QueueFullError "
+            f"when it refuses; it returned {out!r}",
+        )
+        expect(
+            list(queue) == before + [r],
+            f"max_queue={max_queue}: after accepting request {r.id} into "
+            f"{_ids(before)} the queue should be {_ids(before + [r])} (the "
+            f"same Request object, at the back); it is {_ids(queue)}",
+        )
         expect(queue[-1] is r, "admit() should append the Request object it was given, not a copy or its id")
         accepted.append(r)
     return accepted, rejected
@@ -72,49 +82,66 @@ def check_bound(admit):
     queue = deque()
     accepted, rejected = _admit_all(admit, queue, [Request(i, 100.0) for i in range(10)], max_queue=4)
     expect(len(queue) <= 4, f"max_queue=4 but the queue now holds {len(queue)} requests: refuse the 5th")
-    expect([r.id for r in accepted] == [0, 1, 2, 3] and len(rejected) == 6,
-           f"with max_queue=4 the first 4 should be accepted and the other 6 refused; accepted "
-           f"{[r.id for r in accepted]}")
+    expect(
+        [r.id for r in accepted] == [0, 1, 2, 3] and len(rejected) == 6,
+        f"with max_queue=4 the first 4 should be accepted and the other 6 refused; accepted {[r.id for r in accepted]}",
+    )
     expect([r.id for r in queue] == [0, 1, 2, 3], "accepted requests go to the back of the queue, in order")
     for max_queue in (1, 7):
         queue = deque()
         accepted, rejected = _admit_all(admit, queue, [Request(i, 100.0) for i in range(10)], max_queue)
-        expect([r.id for r in accepted] == list(range(max_queue)),
-               f"with max_queue={max_queue} and an empty queue, the first {max_queue} requests should be accepted and "
-               f"the rest refused; accepted {[r.id for r in accepted]} - refuse when the queue you are given holds "
-               "max_queue requests: use the max_queue argument and the queue's own length")
-    queue = deque(Request(100 + i, 100.0) for i in range(5))     # requests admitted earlier, elsewhere
+        expect(
+            [r.id for r in accepted] == list(range(max_queue)),
+            f"with max_queue={max_queue} and an empty queue, the first {max_queue} requests should be accepted and "
+            f"the rest refused; accepted {[r.id for r in accepted]} - refuse when the queue you are given holds "
+            "max_queue requests: use the max_queue argument and the queue's own length",
+        )
+    queue = deque(Request(100 + i, 100.0) for i in range(5))  # requests admitted earlier, elsewhere
     accepted, _ = _admit_all(admit, queue, [Request(i, 100.0) for i in range(4)], max_queue=7)
-    expect([r.id for r in accepted] == [0, 1], f"a queue that already holds 5 requests has room for 2 more under "
-                                               f"max_queue=7; accepted {[r.id for r in accepted]}: count what is in "
-                                               "the queue (len), not what your function admitted")
+    expect(
+        [r.id for r in accepted] == [0, 1],
+        f"a queue that already holds 5 requests has room for 2 more under "
+        f"max_queue=7; accepted {[r.id for r in accepted]}: count what is in "
+        "the queue (len), not what your function admitted",
+    )
     queue = deque()
     accepted, _ = _admit_all(admit, queue, [Request(0, 100.0), Request(1, 100.0)], max_queue=0)
-    expect(accepted == [] and len(queue) == 0, f"max_queue=0 is a queue with no room (a server draining before it "
-                                               f"stops): refuse every request; accepted {_ids(accepted)}. 0 is a "
-                                               "bound like any other, not 'no bound'")
-    queue = deque(Request(100 + i, 100.0) for i in range(5))     # the bound was lowered while 5 waited
+    expect(
+        accepted == [] and len(queue) == 0,
+        f"max_queue=0 is a queue with no room (a server draining before it "
+        f"stops): refuse every request; accepted {_ids(accepted)}. 0 is a "
+        "bound like any other, not 'no bound'",
+    )
+    queue = deque(Request(100 + i, 100.0) for i in range(5))  # the bound was lowered while 5 waited
     accepted, _ = _admit_all(admit, queue, [Request(0, 100.0)], max_queue=3)
-    expect(accepted == [] and len(queue) == 5, f"a queue that already holds 5 requests is over max_queue=3: admit() "
-                                               f"must refuse (full means at least max_queue, not exactly); the queue "
-                                               f"now holds {len(queue)}")
+    expect(
+        accepted == [] and len(queue) == 5,
+        f"a queue that already holds 5 requests is over max_queue=3: admit() "
+        f"must refuse (full means at least max_queue, not exactly); the queue "
+        f"now holds {len(queue)}",
+    )
 
 
 def _admit_bounded_time(admit, queue, request, max_queue, limit_s=2.0):
     """Call admit in a thread: a version that waits for room fails with a message instead of hanging."""
-    return within_time(lambda: admit(queue, request, max_queue), limit_s,
-                       f"admit() into a full queue (max_queue={max_queue}) did not return within {limit_s:.0f} s: it "
-                       "waits for room. Refuse at once: nothing frees room while the caller is blocked",
-                       unstick=queue.clear,   # give a waiting admit() its room, so its thread can end
-                       name="ailab-lab-admit")
+    return within_time(
+        lambda: admit(queue, request, max_queue),
+        limit_s,
+        f"admit() into a full queue (max_queue={max_queue}) did not return within {limit_s:.0f} s: it "
+        "waits for room. Refuse at once: nothing frees room while the caller is blocked",
+        unstick=queue.clear,  # give a waiting admit() its room, so its thread can end
+        name="ailab-lab-admit",
+    )
 
 
 @check(LAB, "refuses with QueueFullError, and admits again once there is room")
 def check_typed_error_and_recovery(admit):
     queue = deque()
     _admit_all(admit, queue, [Request(i, 100.0) for i in range(3)], max_queue=3)
-    expect(len(queue) == 3, f"3 requests into an empty queue with max_queue=3 should all be accepted; the queue holds "
-                            f"{len(queue)}")
+    expect(
+        len(queue) == 3,
+        f"3 requests into an empty queue with max_queue=3 should all be accepted; the queue holds {len(queue)}",
+    )
     t0 = time.monotonic()
     try:
         out = _admit_bounded_time(admit, queue, Request(99, 100.0), 3)
@@ -122,11 +149,17 @@ def check_typed_error_and_recovery(admit):
         took = time.monotonic() - t0
         expect(_ids(queue) == [0, 1, 2], f"the refused request must not change the queue; it is {_ids(queue)}")
     except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
-        expect(False, f"admit() into a full queue raised {type(e).__name__}: {e}; raise "
-                      "ailab.batching.QueueFullError (the server turns exactly that into 503 + Retry-After)")
+        expect(
+            False,
+            f"admit() into a full queue raised {type(e).__name__}: {e}; raise "
+            "ailab.batching.QueueFullError (the server turns exactly that into 503 + Retry-After)",
+        )
     else:
-        expect(False, f"admit() into a full queue must raise QueueFullError (the server turns it into 503 + "
-                      f"Retry-After); it returned {out!r} instead")
+        expect(
+            False,
+            f"admit() into a full queue must raise QueueFullError (the server turns it into 503 + "
+            f"Retry-After); it returned {out!r} instead",
+        )
     expect(took < 1.0, f"admit() took {took * 1e3:.0f} ms to refuse a request into a full queue: refuse at once")
 
     def try_admit(rid, when, should_accept):
@@ -135,10 +168,12 @@ def check_typed_error_and_recovery(admit):
             accepted = True
         except QueueFullError:
             accepted = False
-        expect(accepted == should_accept,
-               f"{when}, admit() {'refused' if should_accept else 'accepted'} request {rid}: it should "
-               f"{'accept it - once there is room, admit as before' if should_accept else 'refuse it'}; the queue "
-               f"holds {_ids(queue)}")
+        expect(
+            accepted == should_accept,
+            f"{when}, admit() {'refused' if should_accept else 'accepted'} request {rid}: it should "
+            f"{'accept it - once there is room, admit as before' if should_accept else 'refuse it'}; the queue "
+            f"holds {_ids(queue)}",
+        )
 
     queue.popleft()
     try_admit(100, "after one request left the full queue (2 of max_queue=3)", True)
@@ -153,36 +188,61 @@ def check_typed_error_and_recovery(admit):
 
 def _take(take_batch, queue, now, max_batch_size, what):
     out = take_batch(queue, now, max_batch_size)
-    expect(isinstance(out, tuple) and len(out) == 2, f"{what}: take_batch should return (batch, expired); got "
-                                                     f"{out!r}")
+    expect(isinstance(out, tuple) and len(out) == 2, f"{what}: take_batch should return (batch, expired); got {out!r}")
     batch, expired = out
-    expect(isinstance(batch, list) and isinstance(expired, list),
-           f"{what}: batch and expired should be lists; got {type(batch).__name__} and {type(expired).__name__}")
-    expect(all(isinstance(r, Request) for r in batch + expired),
-           f"{what}: batch and expired should hold the Request objects themselves; got {batch!r}, {expired!r}")
+    expect(
+        isinstance(batch, list) and isinstance(expired, list),
+        f"{what}: batch and expired should be lists; got {type(batch).__name__} and {type(expired).__name__}",
+    )
+    expect(
+        all(isinstance(r, Request) for r in batch + expired),
+        f"{what}: batch and expired should hold the Request objects themselves; got {batch!r}, {expired!r}",
+    )
     return batch, expired
 
 
 @check(LAB, "drops expired requests before compute, FIFO, at most max_batch_size")
 def check_deadlines(take_batch):
-    queue = deque([Request(0, 5.0), Request(1, 1.0), Request(2, 9.0), Request(3, 2.0), Request(4, 9.0),
-                   Request(5, 9.0), Request(6, 9.0)])
+    queue = deque(
+        [
+            Request(0, 5.0),
+            Request(1, 1.0),
+            Request(2, 9.0),
+            Request(3, 2.0),
+            Request(4, 9.0),
+            Request(5, 9.0),
+            Request(6, 9.0),
+        ]
+    )
     batch, expired = _take(take_batch, queue, 3.0, 3, "7 requests at now=3, max_batch_size=3")
-    expect(all(r.deadline > 3.0 for r in batch), "a request whose deadline has passed reached the batch: it would "
-                                                 "be computed for a client that already gave up")
-    expect([r.id for r in batch] == [0, 2, 4], f"at now=3 with max_batch_size=3 the batch should be requests "
-                                               f"[0, 2, 4] (FIFO, live only); got {[r.id for r in batch]}")
-    expect(sorted(r.id for r in expired) == [1, 3], f"requests 1 and 3 expired (deadlines 1 and 2 < now=3) and must "
-                                                    f"be returned as expired; got {[r.id for r in expired]}")
+    expect(
+        all(r.deadline > 3.0 for r in batch),
+        "a request whose deadline has passed reached the batch: it would be computed for a client that already gave up",
+    )
+    expect(
+        [r.id for r in batch] == [0, 2, 4],
+        f"at now=3 with max_batch_size=3 the batch should be requests "
+        f"[0, 2, 4] (FIFO, live only); got {[r.id for r in batch]}",
+    )
+    expect(
+        sorted(r.id for r in expired) == [1, 3],
+        f"requests 1 and 3 expired (deadlines 1 and 2 < now=3) and must "
+        f"be returned as expired; got {[r.id for r in expired]}",
+    )
     expect([r.id for r in queue] == [5, 6], f"requests 5 and 6 should stay queued; left {[r.id for r in queue]}")
     expect(take_batch(deque(), 0.0, 4) == ([], []), "an empty queue gives ([], [])")
     queue = deque([Request(0, 3.0), Request(1, 3.0 + 1e-9), Request(2, 2.999)])
     batch, expired = _take(take_batch, queue, 3.0, 8, "deadlines 3.0, 3.0+1e-9 and 2.999 at now=3.0")
-    expect(_ids(expired) == [0, 2], f"at now=3.0, deadlines 3.0 and 2.999 have passed (deadline <= now is expired: "
-                                    f"the client gives up AT its deadline); expired should be [0, 2], got "
-                                    f"{_ids(expired)}")
-    expect(_ids(batch) == [1], f"at now=3.0 the request with deadline 3.0+1e-9 is still live: batch should be [1], "
-                               f"got {_ids(batch)}")
+    expect(
+        _ids(expired) == [0, 2],
+        f"at now=3.0, deadlines 3.0 and 2.999 have passed (deadline <= now is expired: "
+        f"the client gives up AT its deadline); expired should be [0, 2], got "
+        f"{_ids(expired)}",
+    )
+    expect(
+        _ids(batch) == [1],
+        f"at now=3.0 the request with deadline 3.0+1e-9 is still live: batch should be [1], got {_ids(batch)}",
+    )
 
 
 @check(LAB, "take_batch uses its arguments, and only pops what it returns")
@@ -190,42 +250,68 @@ def check_take_batch_arguments(take_batch):
     for now, what in [(1e12, "deadlines around 1e12 (epoch-like clock)"), (-5.0, "a clock that reads -5")]:
         queue = deque([Request(0, now - 1), Request(1, now + 1), Request(2, now - 0.5), Request(3, now + 2)])
         batch, expired = _take(take_batch, queue, now, 4, what)
-        expect(_ids(batch) == [1, 3] and _ids(expired) == [0, 2],
-               f"{what}, now={now}: batch should be [1, 3] and expired [0, 2]; got {_ids(batch)} and "
-               f"{_ids(expired)} - compare each deadline with the `now` you are given, not another clock")
+        expect(
+            _ids(batch) == [1, 3] and _ids(expired) == [0, 2],
+            f"{what}, now={now}: batch should be [1, 3] and expired [0, 2]; got {_ids(batch)} and "
+            f"{_ids(expired)} - compare each deadline with the `now` you are given, not another clock",
+        )
     live = [Request(i, 50.0) for i in range(6)]
     for size in (1, 2, 6, 10):
         queue = deque(live)
         batch, expired = _take(take_batch, queue, 10.0, size, f"6 live requests, max_batch_size={size}")
         n = min(size, 6)
-        expect(_ids(batch) == list(range(n)), f"6 live requests with max_batch_size={size}: the batch should be "
-                                              f"{list(range(n))}; got {_ids(batch)} - use the max_batch_size you "
-                                              "are given")
+        expect(
+            _ids(batch) == list(range(n)),
+            f"6 live requests with max_batch_size={size}: the batch should be "
+            f"{list(range(n))}; got {_ids(batch)} - use the max_batch_size you "
+            "are given",
+        )
         expect(expired == [], f"6 live requests with max_batch_size={size}: nothing expired, got {_ids(expired)}")
-        expect(_ids(queue) == list(range(n, 6)), f"6 live requests with max_batch_size={size}: requests "
-                                                 f"{list(range(n, 6))} should stay in the queue you were given (pop "
-                                                 f"from it, in place); it holds {_ids(queue)}")
+        expect(
+            _ids(queue) == list(range(n, 6)),
+            f"6 live requests with max_batch_size={size}: requests "
+            f"{list(range(n, 6))} should stay in the queue you were given (pop "
+            f"from it, in place); it holds {_ids(queue)}",
+        )
     queue = deque([Request(0, 1.0), Request(1, 2.0), Request(2, 0.5)])
     batch, expired = _take(take_batch, queue, 5.0, 2, "every request expired")
-    expect(batch == [] and _ids(expired) == [0, 1, 2] and not queue,
-           f"every request expired (now=5): batch should be [], expired [0, 1, 2] and the queue empty; got "
-           f"{_ids(batch)}, {_ids(expired)}, queue {_ids(queue)}")
+    expect(
+        batch == [] and _ids(expired) == [0, 1, 2] and not queue,
+        f"every request expired (now=5): batch should be [], expired [0, 1, 2] and the queue empty; got "
+        f"{_ids(batch)}, {_ids(expired)}, queue {_ids(queue)}",
+    )
     queue = deque([Request(0, 9.0), Request(1, 1.0), Request(2, 9.0), Request(3, 1.0), Request(4, 9.0)])
-    batch, expired = _take(take_batch, queue, 5.0, 2, "live, expired, live, expired, live at now=5, "
-                                                      "max_batch_size=2")
-    expect(_ids(batch) == [0, 2] and _ids(expired) == [1],
-           f"with max_batch_size=2 the batch [0, 2] is full after request 2: batch should be [0, 2], expired [1]; "
-           f"got {_ids(batch)} and {_ids(expired)} - stop popping as soon as the batch is full")
-    expect(_ids(queue) == [3, 4], f"stop as soon as the batch is full: requests 3 and 4 should stay queued, in order "
-                                  f"(3 expires on a later call); the queue holds {_ids(queue)}")
+    batch, expired = _take(take_batch, queue, 5.0, 2, "live, expired, live, expired, live at now=5, max_batch_size=2")
+    expect(
+        _ids(batch) == [0, 2] and _ids(expired) == [1],
+        f"with max_batch_size=2 the batch [0, 2] is full after request 2: batch should be [0, 2], expired [1]; "
+        f"got {_ids(batch)} and {_ids(expired)} - stop popping as soon as the batch is full",
+    )
+    expect(
+        _ids(queue) == [3, 4],
+        f"stop as soon as the batch is full: requests 3 and 4 should stay queued, in order "
+        f"(3 expires on a later call); the queue holds {_ids(queue)}",
+    )
     queue = deque(live[:3])
     batch, expired = _take(take_batch, queue, 10.0, 0, "max_batch_size=0")
-    expect(batch == [] and _ids(queue) == [0, 1, 2], f"max_batch_size=0 takes nothing: batch should be [] and the "
-                                                     f"queue unchanged; got {_ids(batch)}, queue {_ids(queue)}")
+    expect(
+        batch == [] and _ids(queue) == [0, 1, 2],
+        f"max_batch_size=0 takes nothing: batch should be [] and the "
+        f"queue unchanged; got {_ids(batch)}, queue {_ids(queue)}",
+    )
 
 
-def simulate(admit, take_batch, arrivals_per_tick: float = 2.0, served_per_tick: int = 1, ticks: int = 3000,
-             max_queue: int = 20, timeouts: tuple = (5.0, 500.0), short_share: float = 0.2, seed: int = 0) -> dict:
+def simulate(
+    admit,
+    take_batch,
+    arrivals_per_tick: float = 2.0,
+    served_per_tick: int = 1,
+    ticks: int = 3000,
+    max_queue: int = 20,
+    timeouts: tuple = (5.0, 500.0),
+    short_share: float = 0.2,
+    seed: int = 0,
+) -> dict:
     """Overload: Poisson arrivals at 2x the service rate; a `short_share` of clients give up after
     timeouts[0] ticks, the rest (batch jobs) after timeouts[1]. Returns queue length, waits, outcomes."""
     rng = np.random.default_rng(seed)
@@ -248,20 +334,30 @@ def simulate(admit, take_batch, arrivals_per_tick: float = 2.0, served_per_tick:
             outcome["served"] += 1
             waits.append(t - arrived_at[r.id])
             outcome["late_served"] += int(r.deadline <= t)
-    return {"max_queue_len": max_len, "p99_wait_ticks": float(np.percentile(waits, 99)) if waits else 0.0,
-            **outcome}
+    return {"max_queue_len": max_len, "p99_wait_ticks": float(np.percentile(waits, 99)) if waits else 0.0, **outcome}
 
 
 @check(LAB, "under 2x overload the queue and the wait stay bounded")
 def check_overload(admit, take_batch):
     res = simulate(admit, take_batch)
-    expect(res["max_queue_len"] <= 20, f"under overload the queue reached {res['max_queue_len']} requests (bound 20): "
-                                       "without a bound it grows for as long as the overload lasts")
-    expect(res["p99_wait_ticks"] <= 21, f"p99 wait was {res['p99_wait_ticks']:.0f} ticks; with at most 20 queued and "
-                                        "1 served per tick nobody should wait more than ~20")
+    expect(
+        res["max_queue_len"] <= 20,
+        f"under overload the queue reached {res['max_queue_len']} requests (bound 20): "
+        "without a bound it grows for as long as the overload lasts",
+    )
+    expect(
+        res["p99_wait_ticks"] <= 21,
+        f"p99 wait was {res['p99_wait_ticks']:.0f} ticks; with at most 20 queued and "
+        "1 served per tick nobody should wait more than ~20",
+    )
     expect(res["served"] >= 2800, f"only {res['served']} of 3000 service slots were used: keep the worker busy")
-    expect(res["late_served"] == 0, f"{res['late_served']} requests were computed after their deadline had passed: "
-                                    "drop expired requests in take_batch, before compute")
-    expect(res["rejected"] > 2000, f"2x overload should turn away about half the arrivals; only {res['rejected']} "
-                                   "were refused")
+    expect(
+        res["late_served"] == 0,
+        f"{res['late_served']} requests were computed after their deadline had passed: "
+        "drop expired requests in take_batch, before compute",
+    )
+    expect(
+        res["rejected"] > 2000,
+        f"2x overload should turn away about half the arrivals; only {res['rejected']} were refused",
+    )
     return res

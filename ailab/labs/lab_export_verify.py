@@ -20,6 +20,7 @@ The export check uses a tiny BERT classifier (2 layers, 32 wide) so an export ta
 use, besides that model, tiny hand-built ONNX graphs next to a PyTorch module computing the same integer-valued
 logits, so the difference between the two is known exactly: 0 everywhere, or a chosen value at one element.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -43,8 +44,14 @@ def tiny_classifier(seed: int = 0) -> nn.Module:
     from ailab.models import MeanPoolEncoder, SentimentClassifier
 
     torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64)
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return SentimentClassifier(MeanPoolEncoder(BertModel(cfg, add_pooling_layer=False)), nn.Linear(32, 2)).eval()
 
 
@@ -90,30 +97,48 @@ def check_dynamic_export(export_dynamic):
         folder.mkdir()
         path = folder / "mine.onnx"
         returned = export_dynamic(model, token_batch(3, 11, seed=1), path)  # a sample shape no note mentions
-        expect(path.is_file(), f"export_dynamic should write the model at the path it is given ({path}); nothing is "
-                               f"there (it returned {returned!r})")
-        expect(isinstance(returned, (str, Path)) and Path(returned).resolve() == path.resolve(),
-               f"export_dynamic should return the path it wrote the model to ({path}); got {returned!r}")
+        expect(
+            path.is_file(),
+            f"export_dynamic should write the model at the path it is given ({path}); nothing is "
+            f"there (it returned {returned!r})",
+        )
+        expect(
+            isinstance(returned, (str, Path)) and Path(returned).resolve() == path.resolve(),
+            f"export_dynamic should return the path it wrote the model to ({path}); got {returned!r}",
+        )
         extra = sorted(p.name for p in folder.iterdir() if p.name != path.name)
-        expect(not extra, f"export_dynamic wrote extra files next to the model ({extra}): write one self-contained "
-                          "file (see external_data in the notes)")
+        expect(
+            not extra,
+            f"export_dynamic wrote extra files next to the model ({extra}): write one self-contained "
+            "file (see external_data in the notes)",
+        )
         sess = _session(path)
         inputs = {i.name: i for i in sess.get_inputs()}
-        expect(sorted(inputs) == ["attention_mask", "input_ids"],
-               f"the ONNX inputs should be named input_ids and attention_mask (pass input_names); got {sorted(inputs)}")
+        expect(
+            sorted(inputs) == ["attention_mask", "input_ids"],
+            f"the ONNX inputs should be named input_ids and attention_mask (pass input_names); got {sorted(inputs)}",
+        )
         for name, arg in inputs.items():
             shape = arg.shape
-            expect(arg.type == "tensor(int64)",
-                   f"{name} should take int64 token ids, like the sample; the export expects {arg.type}")
+            expect(
+                arg.type == "tensor(int64)",
+                f"{name} should take int64 token ids, like the sample; the export expects {arg.type}",
+            )
             expect(len(shape) == 2, f"{name} should have 2 axes (batch, seq); the export has shape {shape}")
-            expect(not isinstance(shape[0], int),
-                   f"{name} has a fixed batch size {shape[0]} in the exported graph: mark axis 0 dynamic "
-                   "(dynamic_shapes with torch.export.Dim), or a request with another batch size fails")
-            expect(not isinstance(shape[1], int),
-                   f"{name} has a fixed sequence length {shape[1]}: mark axis 1 dynamic too, texts differ in length")
+            expect(
+                not isinstance(shape[0], int),
+                f"{name} has a fixed batch size {shape[0]} in the exported graph: mark axis 0 dynamic "
+                "(dynamic_shapes with torch.export.Dim), or a request with another batch size fails",
+            )
+            expect(
+                not isinstance(shape[1], int),
+                f"{name} has a fixed sequence length {shape[1]}: mark axis 1 dynamic too, texts differ in length",
+            )
         outputs = [o.name for o in sess.get_outputs()]
-        expect(outputs == ["logits"], f"the ONNX model should have one output named logits (pass output_names); "
-                                      f"got {outputs}")
+        expect(
+            outputs == ["logits"],
+            f"the ONNX model should have one output named logits (pass output_names); got {outputs}",
+        )
         for batch, seq in ((5, 13), (1, 1), (3, 11), (7, 40)):  # shapes the export never saw, and its own
             other = token_batch(batch, seq, seed=batch * 100 + seq, as_numpy=True)
             try:
@@ -122,16 +147,20 @@ def check_dynamic_export(export_dynamic):
                 expect(False, f"the exported model fails on a batch of shape ({batch}, {seq}): {_first_line(e)}")
             with torch.no_grad():
                 ref = model(**{k: torch.from_numpy(v) for k, v in other.items()}).numpy()
-            expect(got.shape == ref.shape, f"at shape ({batch}, {seq}) the export returns logits of shape {got.shape}; "
-                                           f"PyTorch returns {ref.shape}")
+            expect(
+                got.shape == ref.shape,
+                f"at shape ({batch}, {seq}) the export returns logits of shape {got.shape}; "
+                f"PyTorch returns {ref.shape}",
+            )
             diff = float(np.abs(got - ref).max())
-            expect(diff < 1e-4, f"at shape ({batch}, {seq}) the export differs from PyTorch by {diff:.2e}; "
-                                "expected < 1e-4")
+            expect(
+                diff < 1e-4, f"at shape ({batch}, {seq}) the export differs from PyTorch by {diff:.2e}; expected < 1e-4"
+            )
 
 
 # ------------------------------------------------------------------------------------ fakes with known diffs
 SCALE_BIG, BIAS_BIG = (40, 41, 42, 43, 44), (0, 1, -1, 2, -2)  # logits in the thousands, 5 classes
-SCALE_SMALL, BIAS_SMALL = (1, 1, 1, 1, 1), (0, 1, 2, 3, 4)    # logits below 256: float32 steps of 2**-16
+SCALE_SMALL, BIAS_SMALL = (1, 1, 1, 1, 1), (0, 1, 2, 3, 4)  # logits below 256: float32 steps of 2**-16
 
 
 class Affine(nn.Module):
@@ -155,24 +184,36 @@ def affine_onnx(path: Path, scale, bias, delta: np.ndarray | None = None, one_co
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [numpy_helper.from_array(np.array([1], np.int64), "axes")]
-    nodes = [helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
-             helper.make_node("Cast", ["kept"], ["kept_f"], to=TensorProto.FLOAT),
-             helper.make_node("ReduceSum", ["kept_f", "axes"], ["total"], keepdims=1)]
+    nodes = [
+        helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
+        helper.make_node("Cast", ["kept"], ["kept_f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["kept_f", "axes"], ["total"], keepdims=1),
+    ]
     width = 1 if one_column else len(scale)
     if one_column:
         nodes.append(helper.make_node("Identity", ["total"], ["logits"]))
     else:
-        inits += [numpy_helper.from_array(np.asarray(scale, np.float32).reshape(1, -1), "scale"),
-                  numpy_helper.from_array(np.asarray(bias, np.float32).reshape(1, -1), "bias")]
-        nodes += [helper.make_node("Mul", ["total", "scale"], ["scaled"]),
-                  helper.make_node("Add", ["scaled", "bias"], ["affine" if delta is not None else "logits"])]
+        inits += [
+            numpy_helper.from_array(np.asarray(scale, np.float32).reshape(1, -1), "scale"),
+            numpy_helper.from_array(np.asarray(bias, np.float32).reshape(1, -1), "bias"),
+        ]
+        nodes += [
+            helper.make_node("Mul", ["total", "scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "bias"], ["affine" if delta is not None else "logits"]),
+        ]
         if delta is not None:
             inits.append(numpy_helper.from_array(np.asarray(delta, np.float32), "delta"))
             nodes.append(helper.make_node("Add", ["affine", "delta"], ["logits"]))
     graph = helper.make_graph(
-        nodes, "affine",
-        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"]) for n in ("input_ids", "attention_mask")],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", width])], initializer=inits)
+        nodes,
+        "affine",
+        [
+            helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+            for n in ("input_ids", "attention_mask")
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", width])],
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ailab-lab-check")
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -207,12 +248,18 @@ def _raised(e: Exception) -> str:
 
 def _expect_value(kind, value, want: float, what: str, advice: str = "") -> None:
     advice = f". {advice}" if advice else ""
-    expect(kind == "returned", f"{what}: parity_check {_raised(value) if kind == 'raised' else ''}; it should return "
-                               f"{want:g}{advice}")
-    expect(isinstance(value, (float, np.floating)) and not isinstance(value, bool),
-           f"{what}: parity_check should return the max absolute difference as a float; got {value!r}")
-    expect(abs(float(value) - want) <= 1e-6 + 1e-6 * want,
-           f"{what}: the max |onnx - torch| is {want:g}; parity_check returned {float(value):g}{advice}")
+    expect(
+        kind == "returned",
+        f"{what}: parity_check {_raised(value) if kind == 'raised' else ''}; it should return {want:g}{advice}",
+    )
+    expect(
+        isinstance(value, (float, np.floating)) and not isinstance(value, bool),
+        f"{what}: parity_check should return the max absolute difference as a float; got {value!r}",
+    )
+    expect(
+        abs(float(value) - want) <= 1e-6 + 1e-6 * want,
+        f"{what}: the max |onnx - torch| is {want:g}; parity_check returned {float(value):g}{advice}",
+    )
 
 
 def _expect_assertion(kind, value, what: str) -> None:
@@ -226,17 +273,23 @@ def check_parity(parity_check):
     batch = token_batch(4, 12, seed=7, as_numpy=True)
     kind, diff = _call(parity_check, model, good, batch, "", tol=1e-4)
     expect(kind == "returned", f"on a correct export parity_check raised {type(diff).__name__}: {_first_line(diff)}")
-    expect(isinstance(diff, (float, np.floating)) and not isinstance(diff, bool),
-           f"parity_check should return the max absolute difference as a float, got {diff!r}")
+    expect(
+        isinstance(diff, (float, np.floating)) and not isinstance(diff, bool),
+        f"parity_check should return the max absolute difference as a float, got {diff!r}",
+    )
     expect(0 <= float(diff) < 1e-4, f"a correct export should differ by < 1e-4; your check reported {diff}")
     other = tiny_classifier(1)  # same shapes, other weights
     kind, err = _call(parity_check, other, good, batch, "", tol=1e-4)
-    expect(kind == "raised" and isinstance(err, AssertionError),
-           "parity_check accepted an ONNX model with the right shapes but different weights: it must compare the "
-           "output *values* (max |onnx - torch|) and raise AssertionError above tol"
-           + (f" (it raised {type(err).__name__})" if kind == "raised" else ""))
+    expect(
+        kind == "raised" and isinstance(err, AssertionError),
+        "parity_check accepted an ONNX model with the right shapes but different weights: it must compare the "
+        "output *values* (max |onnx - torch|) and raise AssertionError above tol"
+        + (f" (it raised {type(err).__name__})" if kind == "raised" else ""),
+    )
     kind, big = _call(parity_check, other, good, batch, "", tol=1e3)
-    expect(kind == "returned", "with tol=1e3 the same mismatch should pass: use the tol argument, not a fixed tolerance")
+    expect(
+        kind == "returned", "with tol=1e3 the same mismatch should pass: use the tol argument, not a fixed tolerance"
+    )
     expect(float(big) > 1e-3, f"for two different models the max difference should be large; you returned {big}")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,14 +297,23 @@ def check_parity(parity_check):
         batch = int_batch(4, 6, seed=1)
         for row, col, value, where in ((3, 3, 0.25, "the last row, class 3"), (0, 1, -0.25, "row 0, class 1")):
             path = affine_onnx(tmp / f"d{row}.onnx", SCALE_BIG, BIAS_BIG, _one(4, 5, row, col, value))
-            what = (f"the ONNX output is {'above' if value > 0 else 'below'} PyTorch's by 0.25 at one element "
-                    f"({where} of a (4, 5) output) and equal elsewhere")
+            what = (
+                f"the ONNX output is {'above' if value > 0 else 'below'} PyTorch's by 0.25 at one element "
+                f"({where} of a (4, 5) output) and equal elsewhere"
+            )
             kind, got = _call(parity_check, Affine(SCALE_BIG, BIAS_BIG).eval(), path, batch, what, tol=1.0)
-            _expect_value(kind, got, 0.25, what + " (tol=1.0)",
-                          "Take the largest absolute difference over every element of the output")
+            _expect_value(
+                kind,
+                got,
+                0.25,
+                what + " (tol=1.0)",
+                "Take the largest absolute difference over every element of the output",
+            )
         path = affine_onnx(tmp / "same.onnx", SCALE_BIG, BIAS_BIG)
         trained = Affine(SCALE_BIG, BIAS_BIG).train()  # dropout on: only eval mode matches the export
-        what = "for a model handed over in training mode (its dropout active) and an export that matches it in eval mode"
+        what = (
+            "for a model handed over in training mode (its dropout active) and an export that matches it in eval mode"
+        )
         kind, got = _call(parity_check, trained, path, batch, what)
         _expect_value(kind, got, 0.0, what, "Compare against the model in eval mode")
 
@@ -266,14 +328,21 @@ def check_parity_tolerance(parity_check):
         for tol in (0.25, 0.3, 10.0):
             what = f"outputs that differ by exactly 0.25 at one element, with tol={tol}"
             kind, got = _call(parity_check, model, path, batch, what, tol=tol)
-            _expect_value(kind, got, 0.25, what, "Only a difference *above* tol fails"
-                          + (", and tol is the argument" if tol > 0.25 else ""))
+            _expect_value(
+                kind,
+                got,
+                0.25,
+                what,
+                "Only a difference *above* tol fails" + (", and tol is the argument" if tol > 0.25 else ""),
+            )
         for tol in (0.2499, 0.2, 1e-4):
-            what = (f"outputs that differ by 0.25 (logits in the thousands), with tol={tol}: an absolute tolerance, "
-                    "whatever the size of the logits")
+            what = (
+                f"outputs that differ by 0.25 (logits in the thousands), with tol={tol}: an absolute tolerance, "
+                "whatever the size of the logits"
+            )
             _expect_assertion(*_call(parity_check, model, path, batch, what, tol=tol), what)
         small = Affine(SCALE_SMALL, BIAS_SMALL).eval()
-        for value, fails in ((2.0 ** -15, False), (2.0 ** -12, True)):  # 3.1e-5 and 2.4e-4 around the default 1e-4
+        for value, fails in ((2.0**-15, False), (2.0**-12, True)):  # 3.1e-5 and 2.4e-4 around the default 1e-4
             path = affine_onnx(tmp / f"small{value}.onnx", SCALE_SMALL, BIAS_SMALL, _one(3, 5, 1, 2, value))
             what = f"called without tol (the default is 1e-4), outputs that differ by {value:.2e}"
             if fails:
@@ -297,16 +366,25 @@ def check_parity_failures(parity_check):
         model = Affine(SCALE_SMALL, BIAS_SMALL).eval()
         path = affine_onnx(tmp / "nan.onnx", SCALE_SMALL, BIAS_SMALL, _one(4, 5, 2, 3, np.nan))
         kind, got = _call(parity_check, model, path, batch, "", tol=1.0)
-        expect(kind == "raised", f"the ONNX output holds a NaN (row 2, class 3) and parity_check returned {got!r} "
-                                 "(tol=1.0): a NaN is never within tolerance, so it must raise AssertionError")
+        expect(
+            kind == "raised",
+            f"the ONNX output holds a NaN (row 2, class 3) and parity_check returned {got!r} "
+            "(tol=1.0): a NaN is never within tolerance, so it must raise AssertionError",
+        )
         path = affine_onnx(tmp / "column.onnx", SCALE_SMALL, (0, 0, 0, 0, 0), one_column=True)
         kind, got = _call(parity_check, Affine(SCALE_SMALL, (0, 0, 0, 0, 0)).eval(), path, batch, "", tol=1.0)
-        expect(kind == "raised", f"the ONNX output has shape (4, 1) and PyTorch's (4, 5), and parity_check returned "
-                                 f"{got!r}: outputs of different shapes are not equal, whatever broadcasting says - "
-                                 "compare the shapes first and raise")
+        expect(
+            kind == "raised",
+            f"the ONNX output has shape (4, 1) and PyTorch's (4, 5), and parity_check returned "
+            f"{got!r}: outputs of different shapes are not equal, whatever broadcasting says - "
+            "compare the shapes first and raise",
+        )
         broken = tmp / "broken.onnx"
         broken.write_bytes(b"this is not an ONNX model")
         kind, got = _call(parity_check, model, broken, batch, "", tol=1.0)
-        expect(kind == "raised", f"ONNX Runtime cannot load {broken.name} (it is not a model), and parity_check "
-                                 f"returned {got!r}: let the runtime's error propagate - a check that cannot run "
-                                 "must not report a difference")
+        expect(
+            kind == "raised",
+            f"ONNX Runtime cannot load {broken.name} (it is not a model), and parity_check "
+            f"returned {got!r}: let the runtime's error propagate - a check that cannot run "
+            "must not report a difference",
+        )

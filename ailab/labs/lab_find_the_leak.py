@@ -14,6 +14,7 @@ error rather than "clean".
 All series are synthetic and seeded (fast, deterministic); the notebook adds a measured planted
 leak and the measured fixed loop.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -42,15 +43,17 @@ def _warmup(series: np.ndarray, steps: int = 6, grow: float = 1.5 * 2**20) -> np
 def _fit(samples, warmup_frac: float = 0.2) -> float:
     """The reference: least-squares slope of the readings after the first int(len * warmup_frac)."""
     y = np.asarray(samples, dtype=float)
-    y = y[int(len(y) * warmup_frac):]
+    y = y[int(len(y) * warmup_frac) :]
     return float(np.polyfit(np.arange(len(y)), y, 1)[0])
 
 
 def _slope_of(leak_slope, samples, **kwargs) -> float:
     got = leak_slope(samples, **kwargs)
-    expect(isinstance(got, (numbers.Real, np.floating, np.integer)) and not isinstance(got, (bool, np.bool_)),
-           f"leak_slope should return one number (bytes per iteration), got {type(got).__name__} {got!r}"
-           + (": return the slope alone, not the fit's coefficients" if np.ndim(got) else ""))
+    expect(
+        isinstance(got, (numbers.Real, np.floating, np.integer)) and not isinstance(got, (bool, np.bool_)),
+        f"leak_slope should return one number (bytes per iteration), got {type(got).__name__} {got!r}"
+        + (": return the slope alone, not the fit's coefficients" if np.ndim(got) else ""),
+    )
     return float(got)
 
 
@@ -71,11 +74,13 @@ def check_slope(leak_slope) -> None:
         s[-1] -= 0.5 * 2**20  # a late dip (a GC run)
         s[0] += 0.5 * 2**20  # and an early bump
         want, got = _fit(s), _slope_of(leak_slope, list(s))
-        expect(_close(got, want),
-               f"this series of 80 readings grows {true / KiB:.0f} KiB per iteration after a warm-up, with one low "
-               f"last reading and one high first reading; the least-squares slope after the warm-up is {_kib(want)}, "
-               f"yours {_kib(got)}. Skip the warm-up, then fit a line through all the readings you keep, not two of "
-               "them.")
+        expect(
+            _close(got, want),
+            f"this series of 80 readings grows {true / KiB:.0f} KiB per iteration after a warm-up, with one low "
+            f"last reading and one high first reading; the least-squares slope after the warm-up is {_kib(want)}, "
+            f"yours {_kib(got)}. Skip the warm-up, then fit a line through all the readings you keep, not two of "
+            "them.",
+        )
 
 
 @check(LAB, "slope_arguments_and_edges")
@@ -86,39 +91,56 @@ def check_slope_edges(leak_slope) -> None:
     steep = steep + np.random.default_rng(11).normal(0, 2 * KiB, len(steep))
     for frac in (0.5, 0.0, 0.3):
         want, got = _fit(steep, frac), _slope_of(leak_slope, list(steep), warmup_frac=frac)
-        expect(_close(got, want),
-               f"with warmup_frac={frac}, 80 readings (the first 40 climb 200 KiB/iteration, the rest 16): skip the "
-               f"first {int(80 * frac)} and fit the rest; expected {_kib(want)}, yours {_kib(got)}. Use the "
-               "warmup_frac argument, not a fixed fraction.")
+        expect(
+            _close(got, want),
+            f"with warmup_frac={frac}, 80 readings (the first 40 climb 200 KiB/iteration, the rest 16): skip the "
+            f"first {int(80 * frac)} and fit the rest; expected {_kib(want)}, yours {_kib(got)}. Use the "
+            "warmup_frac argument, not a fixed fraction.",
+        )
     # memory that is freed steadily: the slope is negative, not its size
     falling = _series(-16 * KiB, seed=12)
     want, got = _fit(falling), _slope_of(leak_slope, list(falling))
-    expect(_close(got, want), f"memory falling 16 KiB per iteration has a negative slope ({_kib(want)}); yours is "
-                              f"{_kib(got)}. Keep the sign: later minus earlier, not its size.")
+    expect(
+        _close(got, want),
+        f"memory falling 16 KiB per iteration has a negative slope ({_kib(want)}); yours is "
+        f"{_kib(got)}. Keep the sign: later minus earlier, not its size.",
+    )
     # 13 readings, warmup_frac 0.2: 13 x 0.2 = 2.6, so 2 are skipped; reading 2 (kept) is high
     odd = [300e6 + 8 * KiB * i for i in range(13)]
     odd[2] += 2**20
     want, got = _fit(odd, 0.2), _slope_of(leak_slope, odd, warmup_frac=0.2)
-    expect(_close(got, want),
-           f"with 13 readings and warmup_frac=0.2, skip the first int(13 x 0.2) = 2 readings (rounded down) and fit "
-           f"the other 11; expected {_kib(want)}, yours {_kib(got)}")
+    expect(
+        _close(got, want),
+        f"with 13 readings and warmup_frac=0.2, skip the first int(13 x 0.2) = 2 readings (rounded down) and fit "
+        f"the other 11; expected {_kib(want)}, yours {_kib(got)}",
+    )
     flat = [300e6] * 20
     got = _slope_of(leak_slope, flat)
     expect(abs(got) <= 1.0, f"20 equal readings have a slope of 0; yours is {got:.3g} bytes/iteration")
     # other input types than a list of floats: RSS readings are ints, soaks give arrays; a short soak
     leak = _series(24 * KiB, n=40, seed=13)
-    for what, samples in (("a list of ints", [int(x) for x in leak]), ("a numpy int64 array", leak.astype(np.int64)),
-                          ("a tuple", tuple(leak)), ("5 readings", list(leak[:5])), ("3 readings", list(leak[:3]))):
+    for what, samples in (
+        ("a list of ints", [int(x) for x in leak]),
+        ("a numpy int64 array", leak.astype(np.int64)),
+        ("a tuple", tuple(leak)),
+        ("5 readings", list(leak[:5])),
+        ("3 readings", list(leak[:3])),
+    ):
         want = _fit(samples)
         try:
             got = _slope_of(leak_slope, samples)
         except (NotImplementedError, AssertionError):
             raise
         except Exception as e:  # noqa: BLE001 - name the input that broke it
-            expect(False, f"given {what} (not a list of floats), your leak_slope raised {type(e).__name__}: {e}. "
-                          "Convert the readings to a float array before working on them.")
-        expect(_close(got, want), f"given {what}, the least-squares slope after the warm-up is {_kib(want)}; yours "
-                                  f"is {_kib(got)}")
+            expect(
+                False,
+                f"given {what} (not a list of floats), your leak_slope raised {type(e).__name__}: {e}. "
+                "Convert the readings to a float array before working on them.",
+            )
+        expect(
+            _close(got, want),
+            f"given {what}, the least-squares slope after the warm-up is {_kib(want)}; yours is {_kib(got)}",
+        )
     try:
         got = leak_slope([])
     except NotImplementedError:
@@ -126,14 +148,20 @@ def check_slope_edges(leak_slope) -> None:
     except Exception:  # noqa: BLE001 - an error is the right answer to no readings
         got = None
     else:
-        expect(False, f"leak_slope([]) returned {got!r}: with no readings there is no slope. Let it raise an error "
-                      "rather than return a number.")
+        expect(
+            False,
+            f"leak_slope([]) returned {got!r}: with no readings there is no slope. Let it raise an error "
+            "rather than return a number.",
+        )
 
 
 def _flag(is_leaking, samples) -> bool:
     got = is_leaking(samples)
-    expect(not isinstance(got, np.bool_), f"is_leaking returned {got!r}, a numpy bool, not True or False: a "
-                                          "comparison involving numpy gives one; convert it with bool(...)")
+    expect(
+        not isinstance(got, np.bool_),
+        f"is_leaking returned {got!r}, a numpy bool, not True or False: a "
+        "comparison involving numpy gives one; convert it with bool(...)",
+    )
     expect(got is True or got is False, f"is_leaking should return True or False, got {type(got).__name__} {got!r}")
     return got
 
@@ -151,18 +179,26 @@ def check_finds_leaks(is_leaking, planted: list[float] | None = None) -> None:
     for slope, seed in ((8 * KiB, 3), (64 * KiB, 4)):
         s = _warmup(_series(slope, seed=seed))
         s[-1] -= 1 * 2**20  # the last reading happens to be low
-        expect(_flag(is_leaking, list(s)) is True,
-               f"a loop leaking {slope / KiB:.0f} KiB per iteration (last reading low) was not flagged")
+        expect(
+            _flag(is_leaking, list(s)) is True,
+            f"a loop leaking {slope / KiB:.0f} KiB per iteration (last reading low) was not flagged",
+        )
     s = _warmup(_series(16 * KiB, seed=14))
     s[[20, 40, 60]] -= 2**20  # three GC runs
-    expect(_flag(is_leaking, s) is True, "a loop leaking 16 KiB per iteration, with three GC dips, given as a numpy "
-                                         "array, was not flagged")
+    expect(
+        _flag(is_leaking, s) is True,
+        "a loop leaking 16 KiB per iteration, with three GC dips, given as a numpy array, was not flagged",
+    )
     just_above = 1.02 * THRESHOLD
-    expect(_flag(is_leaking, [int(x) for x in _line(just_above)]) is True,
-           f"a steady leak of {just_above:.0f} bytes per iteration (2 % above the 4 KiB = 4096-byte threshold, as "
-           "ints) was not flagged: is the threshold 4 KiB per iteration, in bytes?")
-    expect(_flag(is_leaking, _line(32 * KiB, n=10)) is True,
-           "a short soak (10 readings) leaking 32 KiB per iteration was not flagged")
+    expect(
+        _flag(is_leaking, [int(x) for x in _line(just_above)]) is True,
+        f"a steady leak of {just_above:.0f} bytes per iteration (2 % above the 4 KiB = 4096-byte threshold, as "
+        "ints) was not flagged: is the threshold 4 KiB per iteration, in bytes?",
+    )
+    expect(
+        _flag(is_leaking, _line(32 * KiB, n=10)) is True,
+        "a short soak (10 readings) leaking 32 KiB per iteration was not flagged",
+    )
 
 
 @check(LAB, "clean_loop_not_flagged")
@@ -170,22 +206,31 @@ def check_clean_loop(is_leaking, clean: list[float] | None = None) -> None:
     """A clean loop - noise, allocator warm-up, a late spike - must not be flagged; nor falling memory, nor a
     steady growth just below the threshold."""
     if clean is not None:
-        expect(_flag(is_leaking, list(clean)) is False, "the fixed loop (measured in this notebook) was flagged as "
-                                                        "leaking")
+        expect(
+            _flag(is_leaking, list(clean)) is False, "the fixed loop (measured in this notebook) was flagged as leaking"
+        )
     for seed in (5, 6, 7):
         s = _warmup(_series(0.0, seed=seed))
         s[-1] += 1 * 2**20  # one late spike
-        expect(_flag(is_leaking, list(s)) is False,
-               "a clean loop (flat after warm-up, one late spike) was flagged. Skip the warm-up iterations "
-               "and judge the fitted slope over all the others, against a threshold.")
-    expect(_flag(is_leaking, _series(-64 * KiB, seed=8)) is False,
-           "memory falling 64 KiB per iteration (a cache being freed) was flagged as a leak: a leak grows. Compare "
-           "the slope itself with the threshold, not its size.")
-    for slope, what in ((0.98 * THRESHOLD, "2 % below the 4 KiB = 4096-byte threshold"),
-                        (4000.0, "4000 bytes: 4 KB, but below 4 KiB")):
-        expect(_flag(is_leaking, _line(slope)) is False,
-               f"a steady growth of {slope:.0f} bytes per iteration ({what}) was flagged: the threshold is 4 KiB "
-               "(4 x 1024 bytes) per iteration, and only a slope above it is a leak")
+        expect(
+            _flag(is_leaking, list(s)) is False,
+            "a clean loop (flat after warm-up, one late spike) was flagged. Skip the warm-up iterations "
+            "and judge the fitted slope over all the others, against a threshold.",
+        )
+    expect(
+        _flag(is_leaking, _series(-64 * KiB, seed=8)) is False,
+        "memory falling 64 KiB per iteration (a cache being freed) was flagged as a leak: a leak grows. Compare "
+        "the slope itself with the threshold, not its size.",
+    )
+    for slope, what in (
+        (0.98 * THRESHOLD, "2 % below the 4 KiB = 4096-byte threshold"),
+        (4000.0, "4000 bytes: 4 KB, but below 4 KiB"),
+    ):
+        expect(
+            _flag(is_leaking, _line(slope)) is False,
+            f"a steady growth of {slope:.0f} bytes per iteration ({what}) was flagged: the threshold is 4 KiB "
+            "(4 x 1024 bytes) per iteration, and only a slope above it is a leak",
+        )
 
 
 @check(LAB, "no_readings_is_an_error")
@@ -197,5 +242,8 @@ def check_no_readings(is_leaking) -> None:
         raise
     except Exception:  # noqa: BLE001 - an error is the right answer
         return
-    expect(False, f"is_leaking([]) returned {got!r}: with no readings nothing was measured, so 'not leaking' (or "
-                  "'leaking') is a guess. Let the error reach the caller instead of catching it.")
+    expect(
+        False,
+        f"is_leaking([]) returned {got!r}: with no readings nothing was measured, so 'not leaking' (or "
+        "'leaking') is a guess. Let the error reach the caller instead of catching it.",
+    )

@@ -4,6 +4,7 @@ Each run gets a fresh kernel. A run that goes past its time limit, or whose kern
 `os._exit(1)`, a segfault, memory), is not an exception: the report's `status` says "timeout" or
 "crashed" and `detail` names the cell; the checks that ran before it are kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,17 +20,17 @@ from ailab.labs.build import lab_name
 from ailab.labs.core import REPORT_ENV
 
 
-KERNEL_START_ATTEMPTS = 3   # a kernel that dies before running any cell is started again
+KERNEL_START_ATTEMPTS = 3  # a kernel that dies before running any cell is started again
 
 
 @dataclass
 class LabReport:
     path: str
     lab: str
-    checks: list[dict] = field(default_factory=list)       # {"check", "passed", "message"}
-    cell_errors: list[str] = field(default_factory=list)   # errors outside any check
-    status: str = "ok"                                      # "ok", "timeout" or "crashed"
-    detail: str = ""                                        # where it timed out or crashed
+    checks: list[dict] = field(default_factory=list)  # {"check", "passed", "message"}
+    cell_errors: list[str] = field(default_factory=list)  # errors outside any check
+    status: str = "ok"  # "ok", "timeout" or "crashed"
+    detail: str = ""  # where it timed out or crashed
 
     @property
     def passed(self) -> list[str]:
@@ -103,10 +104,16 @@ def run_lab(path: str | Path, timeout: int = 900, limit_s: float | None = None) 
         # The kernel gets its own environment, so several runs can go on at once in one process.
         env = {**os.environ, REPORT_ENV: str(report_file)}
         for attempt in range(KERNEL_START_ATTEMPTS):
-            client = NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout, kernel_name="python3",
-                                    allow_errors=True, on_cell_execute=on_cell_execute,
-                                    shutdown_kernel="graceful" if limit_s is None else "immediate",
-                                    resources={"metadata": {"path": str(Path(path).parent.resolve())}})
+            client = NotebookClient(
+                nb,
+                timeout=timeout,
+                timeout_func=cell_timeout,
+                kernel_name="python3",
+                allow_errors=True,
+                on_cell_execute=on_cell_execute,
+                shutdown_kernel="graceful" if limit_s is None else "immediate",
+                resources={"metadata": {"path": str(Path(path).parent.resolve())}},
+            )
             try:
                 client.execute(env=env)
             except (CellTimeoutError, _TimeLimit):

@@ -9,19 +9,78 @@
 - blocks.py    (CUDA) the caching allocator's blocks: rounding rules, and allocated vs requested bytes measured
 - fragmentation.py  (CUDA only) "free memory but OOM", with and without expandable_segments
 """
-from ailab.memory.estimate import (DTYPE_BYTES, MINILM_SHAPE, EncoderShape, activation_bytes, dtype_bytes,
-                                   forward_bytes, kv_cache_bytes, param_bytes, safe_line)
+
+from ailab.memory.estimate import (
+    DTYPE_BYTES,
+    MINILM_SHAPE,
+    EncoderShape,
+    activation_bytes,
+    dtype_bytes,
+    forward_bytes,
+    kv_cache_bytes,
+    param_bytes,
+    safe_line,
+)
 from ailab.memory.kv import PUBLISHED_CONFIGS, DecoderConfig, request_lengths, reservation_waste, simulate_lru
-from ailab.memory.leak import (DEBUG_HISTORY, LeakReport, fixed_step, graph_keeping_step, leak_slope, leaky_step, soak, top_growth)
-from ailab.memory.measure import (MaxBatch, cpu_peak_bytes, encoder_inputs, find_max_batch, forward_peak,
-                                  peak_bytes, predicted_vs_measured, predicted_vs_measured_figure,
-                                  rss_peak_delta)
+from ailab.memory.leak import (
+    DEBUG_HISTORY,
+    LeakReport,
+    fixed_step,
+    graph_keeping_step,
+    leak_slope,
+    leaky_step,
+    soak,
+    top_growth,
+)
+from ailab.memory.measure import (
+    MaxBatch,
+    cpu_peak_bytes,
+    encoder_inputs,
+    find_max_batch,
+    forward_peak,
+    peak_bytes,
+    predicted_vs_measured,
+    predicted_vs_measured_figure,
+    rss_peak_delta,
+)
 from ailab.memory.tracker import MiB, MemoryTracker, Phase, malloc_in_use, sampler_overhead, trim_malloc
 
 __all__ = [
-    "DTYPE_BYTES", "MINILM_SHAPE", "EncoderShape", "activation_bytes", "dtype_bytes", "forward_bytes",
-    "kv_cache_bytes", "param_bytes", "safe_line", "PUBLISHED_CONFIGS", "DecoderConfig", "request_lengths",
-    "reservation_waste", "simulate_lru", "DEBUG_HISTORY", "LeakReport", "fixed_step", "graph_keeping_step", "leak_slope", "leaky_step",
-    "soak", "top_growth", "MaxBatch", "cpu_peak_bytes", "encoder_inputs", "find_max_batch", "forward_peak",
-    "peak_bytes", "predicted_vs_measured", "predicted_vs_measured_figure", "rss_peak_delta", "MiB", "malloc_in_use", "MemoryTracker", "Phase", "sampler_overhead", "trim_malloc",
+    "DTYPE_BYTES",
+    "MINILM_SHAPE",
+    "EncoderShape",
+    "activation_bytes",
+    "dtype_bytes",
+    "forward_bytes",
+    "kv_cache_bytes",
+    "param_bytes",
+    "safe_line",
+    "PUBLISHED_CONFIGS",
+    "DecoderConfig",
+    "request_lengths",
+    "reservation_waste",
+    "simulate_lru",
+    "DEBUG_HISTORY",
+    "LeakReport",
+    "fixed_step",
+    "graph_keeping_step",
+    "leak_slope",
+    "leaky_step",
+    "soak",
+    "top_growth",
+    "MaxBatch",
+    "cpu_peak_bytes",
+    "encoder_inputs",
+    "find_max_batch",
+    "forward_peak",
+    "peak_bytes",
+    "predicted_vs_measured",
+    "predicted_vs_measured_figure",
+    "rss_peak_delta",
+    "MiB",
+    "malloc_in_use",
+    "MemoryTracker",
+    "Phase",
+    "sampler_overhead",
+    "trim_malloc",
 ]

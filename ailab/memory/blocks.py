@@ -18,18 +18,19 @@ rounding shows. `fresh_blocks` predicts the blocks of a sequence of requests mad
 `allocated_and_requested` measures both counters around a call, in a private pool so that nothing cached
 earlier can serve it.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Callable, Sequence
 
 MiB = 2**20
-MIN_BLOCK = 512              # kMinBlockSize: every request is rounded up to this
-SMALL_SIZE = 1 * MiB         # kSmallSize: the largest request of the small pool
-SMALL_SEGMENT = 2 * MiB      # kSmallBuffer: the small pool's segments
-LARGE_SEGMENT = 20 * MiB     # kLargeBuffer: the segment for requests between 1 and 10 MiB
-MIN_LARGE_ALLOC = 10 * MiB   # kMinLargeAlloc: from here on a segment is the request rounded up to...
-ROUND_LARGE = 2 * MiB        # kRoundLarge
+MIN_BLOCK = 512  # kMinBlockSize: every request is rounded up to this
+SMALL_SIZE = 1 * MiB  # kSmallSize: the largest request of the small pool
+SMALL_SEGMENT = 2 * MiB  # kSmallBuffer: the small pool's segments
+LARGE_SEGMENT = 20 * MiB  # kLargeBuffer: the segment for requests between 1 and 10 MiB
+MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc: from here on a segment is the request rounded up to...
+ROUND_LARGE = 2 * MiB  # kRoundLarge
 
 
 def round_request(nbytes: int) -> int:
@@ -53,7 +54,7 @@ def fresh_blocks(requests: Sequence[int], expandable: bool = False) -> list[int]
     in between: best fit among the free remainders of earlier segments, else a new segment; split or not by the
     allocator's rule. With expandable segments every block is its rounded request (split down to 512 bytes)."""
     out: list[int] = []
-    free = {True: [], False: []}                 # small pool?, the free remainders (bytes) of its segments
+    free = {True: [], False: []}  # small pool?, the free remainders (bytes) of its segments
     for nbytes in requests:
         size = round_request(nbytes)
         if expandable:
@@ -67,7 +68,7 @@ def fresh_blocks(requests: Sequence[int], expandable: bool = False) -> list[int]
         else:
             block = segment_bytes(size)
         left = block - size
-        if (left >= MIN_BLOCK) if small else (left > SMALL_SIZE):   # split: the rest stays free for later ones
+        if (left >= MIN_BLOCK) if small else (left > SMALL_SIZE):  # split: the rest stays free for later ones
             free[small].append(left)
             block = size
         out.append(block)
@@ -99,7 +100,7 @@ def allocated_and_requested(fn: Callable[[], object], device) -> dict:
     import torch
 
     device = torch.device(device)
-    index = torch.cuda.current_device() if device.index is None else device.index   # torch wants an index
+    index = torch.cuda.current_device() if device.index is None else device.index  # torch wants an index
     torch.cuda.synchronize(index)
     before = torch.cuda.memory_stats(index)
     with _private_pool(index) as pool:
@@ -108,9 +109,11 @@ def allocated_and_requested(fn: Callable[[], object], device) -> dict:
         torch.cuda.synchronize(index)
         after = torch.cuda.memory_stats(index)
         del result
-    return {"allocated": after["allocated_bytes.all.peak"] - before["allocated_bytes.all.current"],
-            "requested": after["requested_bytes.all.peak"] - before["requested_bytes.all.current"],
-            "pool": pool}
+    return {
+        "allocated": after["allocated_bytes.all.peak"] - before["allocated_bytes.all.current"],
+        "requested": after["requested_bytes.all.peak"] - before["requested_bytes.all.current"],
+        "pool": pool,
+    }
 
 
 def block_bounds(requests: Sequence[int]) -> tuple[int, int]:

@@ -3,11 +3,13 @@
 Kept apart from tracker.py so each reads in one sitting. Every reader returns None (never a fake 0)
 where this machine has no such counter.
 """
+
 from __future__ import annotations
 
 import ctypes
 import gc
 import os
+
 
 def _import_psutil():
     try:
@@ -34,8 +36,21 @@ def _statm_rss() -> int | None:
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 _LIBC = None

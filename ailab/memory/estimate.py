@@ -3,6 +3,7 @@
 Every estimator refuses zero/negative sizes and unknown dtypes with a ValueError naming the
 argument, because a silent 0-byte estimate is how a service gets sized wrong.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -12,12 +13,29 @@ import torch
 
 # Bytes per element. Strings are accepted so a config file or a widget can name the dtype.
 DTYPE_BYTES = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
-    "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
 }
-_ALIASES = {"fp64": "float64", "double": "float64", "fp32": "float32", "float": "float32", "fp16": "float16",
-            "half": "float16", "bf16": "bfloat16", "fp8": "float8_e4m3fn", "long": "int64"}
+_ALIASES = {
+    "fp64": "float64",
+    "double": "float64",
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8_e4m3fn",
+    "long": "int64",
+}
 
 
 def dtype_bytes(dtype: torch.dtype | str, arg: str = "dtype") -> int:
@@ -28,8 +46,10 @@ def dtype_bytes(dtype: torch.dtype | str, arg: str = "dtype") -> int:
         name = _ALIASES.get(dtype.lower().removeprefix("torch."), dtype.lower().removeprefix("torch."))
         if name in DTYPE_BYTES:
             return DTYPE_BYTES[name]
-    raise ValueError(f"{arg}={dtype!r} is not a dtype ailab knows; use a torch.dtype or one of "
-                     f"{sorted(DTYPE_BYTES)} (or {sorted(_ALIASES)})")
+    raise ValueError(
+        f"{arg}={dtype!r} is not a dtype ailab knows; use a torch.dtype or one of "
+        f"{sorted(DTYPE_BYTES)} (or {sorted(_ALIASES)})"
+    )
 
 
 def _positive(**sizes) -> None:
@@ -37,8 +57,9 @@ def _positive(**sizes) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be a whole number, got {value!r}")
         if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value!r}: a model or batch with no {name} "
-                             "has no memory to estimate")
+            raise ValueError(
+                f"{name} must be positive, got {value!r}: a model or batch with no {name} has no memory to estimate"
+            )
 
 
 def param_bytes(model_or_count: torch.nn.Module | int, dtype: torch.dtype | str | None = None) -> int:
@@ -76,8 +97,13 @@ class EncoderShape:
 MINILM_SHAPE = EncoderShape(layers=6, hidden=384, intermediate=1536, heads=12)  # all-MiniLM-L6-v2 config.json
 
 
-def activation_bytes(batch: int, seq_len: int, shape: EncoderShape = MINILM_SHAPE,
-                     dtype: torch.dtype | str = "float32", padded: bool = True) -> int:
+def activation_bytes(
+    batch: int,
+    seq_len: int,
+    shape: EncoderShape = MINILM_SHAPE,
+    dtype: torch.dtype | str = "float32",
+    padded: bool = True,
+) -> int:
     """Peak activation bytes of one inference forward (no_grad) of a BERT encoder with SDPA attention.
 
     In inference each layer's tensors are freed as soon as the next op no longer needs them, so the
@@ -99,14 +125,16 @@ def activation_bytes(batch: int, seq_len: int, shape: EncoderShape = MINILM_SHAP
     return live + mask
 
 
-def forward_bytes(n_params: int, batch: int, seq_len: int, shape: EncoderShape = MINILM_SHAPE,
-                  dtype: torch.dtype | str = "float32") -> int:
+def forward_bytes(
+    n_params: int, batch: int, seq_len: int, shape: EncoderShape = MINILM_SHAPE, dtype: torch.dtype | str = "float32"
+) -> int:
     """Weights + peak activations: what one forward needs on the device."""
     return param_bytes(n_params, dtype) + activation_bytes(batch, seq_len, shape, dtype)
 
 
-def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int,
-                   dtype: torch.dtype | str = "float16") -> int:
+def kv_cache_bytes(
+    layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int, dtype: torch.dtype | str = "float16"
+) -> int:
     """Bytes of a decoder's KV cache: K and V (the 2), per layer, per KV head, per token, per sequence.
 
     With grouped-query attention (GQA) several query heads share one KV head, so pass the number of

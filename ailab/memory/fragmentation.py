@@ -22,6 +22,7 @@ each in the large pool) are mapped as needed. On the retry the allocator unmaps 
 holes, which gives their memory back under the cap, and maps as much again at the segment's end: the same
 request fits. (PyTorch's c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks -> unmap_block.)
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,8 @@ class Plan:
     cap_mib: int = 2048
     block_mib: int = 64
     blocks: int = 16
-    filler_mib: int = 130      # larger than a hole
-    request_mib: int = 192     # 3 holes' worth
+    filler_mib: int = 130  # larger than a hole
+    request_mib: int = 192  # 3 holes' worth
 
     @property
     def fillers(self) -> int:
@@ -55,16 +56,22 @@ class Plan:
     def check(self) -> "Plan":
         holes = self.blocks // 2 * self.block_mib
         room = self.cap_mib - self.blocks * self.block_mib - self.fillers * self.filler_mib
-        problems = [why for bad, why in (
-            (any(v % 2 for v in (self.cap_mib, self.block_mib, self.filler_mib, self.request_mib)),
-             "every size must be a multiple of 2 MiB (the allocator's rounding above 10 MiB)"),
-            (self.block_mib <= 10, "blocks must be over 10 MiB, so each is its own size, not carved from 20 MiB"),
-            (self.filler_mib <= self.block_mib, "a filler must be larger than a hole"),
-            (self.request_mib <= self.block_mib, "the request must be larger than any hole"),
-            (self.request_mib > holes, "the request must fit in the holes together"),
-            (room >= self.request_mib, "the room left under the cap must be smaller than the request"),
-            (room < 40, "leave 40 MiB under the cap for the expandable segment's 20 MiB page rounding"),
-        ) if bad]
+        problems = [
+            why
+            for bad, why in (
+                (
+                    any(v % 2 for v in (self.cap_mib, self.block_mib, self.filler_mib, self.request_mib)),
+                    "every size must be a multiple of 2 MiB (the allocator's rounding above 10 MiB)",
+                ),
+                (self.block_mib <= 10, "blocks must be over 10 MiB, so each is its own size, not carved from 20 MiB"),
+                (self.filler_mib <= self.block_mib, "a filler must be larger than a hole"),
+                (self.request_mib <= self.block_mib, "the request must be larger than any hole"),
+                (self.request_mib > holes, "the request must fit in the holes together"),
+                (room >= self.request_mib, "the room left under the cap must be smaller than the request"),
+                (room < 40, "leave 40 MiB under the cap for the expandable segment's 20 MiB page rounding"),
+            )
+            if bad
+        ]
         if problems:
             raise ValueError(f"fragmentation plan {self}: " + "; ".join(problems))
         return self
@@ -89,8 +96,13 @@ def _largest_free_block(device: int) -> int | None:
     import torch
 
     try:
-        sizes = [b["size"] for seg in torch.cuda.memory_snapshot() if seg.get("device", device) == device
-                 for b in seg["blocks"] if b["state"] == "inactive"]
+        sizes = [
+            b["size"]
+            for seg in torch.cuda.memory_snapshot()
+            if seg.get("device", device) == device
+            for b in seg["blocks"]
+            if b["state"] == "inactive"
+        ]
     except (KeyError, TypeError, RuntimeError):
         return None
     return max(sizes, default=0)
@@ -110,19 +122,23 @@ def probe(plan: Plan = Plan()) -> dict:
         return torch.empty(mib * MiB, dtype=torch.uint8, device=dev)
 
     try:
-        whole = alloc(plan.blocks * plan.block_mib)   # one range, freed: the blocks below are carved from it
+        whole = alloc(plan.blocks * plan.block_mib)  # one range, freed: the blocks below are carved from it
         del whole
         held = [alloc(plan.block_mib) for _ in range(plan.blocks)]
         for i in range(0, plan.blocks, 2):
-            held[i] = None                              # every other block freed: the holes
+            held[i] = None  # every other block freed: the holes
         fillers = [alloc(plan.filler_mib) for _ in range(plan.fillers)]
     except torch.cuda.OutOfMemoryError as err:
         raise RuntimeError(f"the probe ran out of memory while building its live set ({plan}): {err}") from err
     torch.cuda.synchronize(dev)
     stats = torch.cuda.memory_stats(dev)
-    before = {"live": torch.cuda.memory_allocated(dev), "reserved": torch.cuda.memory_reserved(dev),
-              "largest_free": _largest_free_block(dev), "retries": stats.get("num_alloc_retries", 0),
-              "device_frees": stats.get("num_device_free", 0)}
+    before = {
+        "live": torch.cuda.memory_allocated(dev),
+        "reserved": torch.cuda.memory_reserved(dev),
+        "largest_free": _largest_free_block(dev),
+        "retries": stats.get("num_alloc_retries", 0),
+        "device_frees": stats.get("num_device_free", 0),
+    }
     oom = False
     try:
         big = alloc(plan.request_mib)
@@ -131,16 +147,22 @@ def probe(plan: Plan = Plan()) -> dict:
         oom = True
     stats = torch.cuda.memory_stats(dev)
     cap = fraction * torch.cuda.get_device_properties(dev).total_memory
-    out = {"expandable": "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-           **asdict(plan), "fillers": len(fillers), "cap_set_mib": cap / MiB,
-           "live_mib": before["live"] / MiB, "reserved_mib": before["reserved"] / MiB,
-           "free_in_reserved_mib": (before["reserved"] - before["live"]) / MiB,
-           "largest_free_block_mib": None if before["largest_free"] is None else before["largest_free"] / MiB,
-           "room_under_cap_mib": (cap - before["reserved"]) / MiB,
-           "oom": oom, "retries": stats.get("num_alloc_retries", 0) - before["retries"],
-           # segments freed (cudaFree) or page ranges unmapped while the request was served
-           "device_frees": stats.get("num_device_free", 0) - before["device_frees"],
-           "reserved_after_mib": torch.cuda.memory_reserved(dev) / MiB}
+    out = {
+        "expandable": "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        **asdict(plan),
+        "fillers": len(fillers),
+        "cap_set_mib": cap / MiB,
+        "live_mib": before["live"] / MiB,
+        "reserved_mib": before["reserved"] / MiB,
+        "free_in_reserved_mib": (before["reserved"] - before["live"]) / MiB,
+        "largest_free_block_mib": None if before["largest_free"] is None else before["largest_free"] / MiB,
+        "room_under_cap_mib": (cap - before["reserved"]) / MiB,
+        "oom": oom,
+        "retries": stats.get("num_alloc_retries", 0) - before["retries"],
+        # segments freed (cudaFree) or page ranges unmapped while the request was served
+        "device_frees": stats.get("num_device_free", 0) - before["device_frees"],
+        "reserved_after_mib": torch.cuda.memory_reserved(dev) / MiB,
+    }
     del held, fillers
     return out
 
@@ -149,18 +171,29 @@ def compare(plain: dict, expandable: dict) -> dict:
     """The lesson's three claims from the two probes: same live set and request; the default allocator OOMs
     with the request's worth free inside what it reserved; expandable segments serve the same request."""
     same = all(plain[k] == expandable[k] for k in ("live_mib", "request_mib", "cap_mib", "fillers"))
-    return {"same_live_set_and_request": same,
-            "default_ooms_with_free_memory": bool(plain["oom"] and plain["free_in_reserved_mib"] >= plain["request_mib"]
-                                                  and plain["room_under_cap_mib"] < plain["request_mib"]),
-            "expandable_avoids_it": bool(same and plain["oom"] and not expandable["oom"])}
+    return {
+        "same_live_set_and_request": same,
+        "default_ooms_with_free_memory": bool(
+            plain["oom"]
+            and plain["free_in_reserved_mib"] >= plain["request_mib"]
+            and plain["room_under_cap_mib"] < plain["request_mib"]
+        ),
+        "expandable_avoids_it": bool(same and plain["oom"] and not expandable["oom"]),
+    }
 
 
 def run_probe(expandable: bool, timeout: float = 120) -> dict:
     """`probe()` in a fresh Python process with or without expandable segments."""
     env = dict(os.environ)
     env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True" if expandable else "expandable_segments:False"
-    out = subprocess.run([sys.executable, "-m", "ailab.memory.fragmentation"], env=env, capture_output=True,
-                         text=True, timeout=timeout, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ailab.memory.fragmentation"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

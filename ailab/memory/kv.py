@@ -1,6 +1,7 @@
 """KV-cache arithmetic for published decoder configs, paging vs per-sequence reservations, and an LRU
 of models under a memory budget. Everything here is arithmetic, not a measurement, and says so.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -34,17 +35,42 @@ class DecoderConfig:
 # Numbers from each model's config.json on the Hugging Face Hub (num_hidden_layers, num_attention_heads,
 # num_key_value_heads, hidden_size / num_attention_heads, max_position_embeddings) and its paper.
 PUBLISHED_CONFIGS = {
-    "Llama-2-7B": DecoderConfig("Llama-2-7B", 6.74, 32, 32, 32, 128, 4096,
-                                "meta-llama/Llama-2-7b-hf config.json; Touvron et al. 2023, arXiv:2307.09288"),
-    "Llama-2-13B": DecoderConfig("Llama-2-13B", 13.0, 40, 40, 40, 128, 4096,
-                                 "meta-llama/Llama-2-13b-hf config.json; arXiv:2307.09288"),
-    "Llama-2-70B": DecoderConfig("Llama-2-70B", 69.0, 80, 64, 8, 128, 4096,
-                                 "meta-llama/Llama-2-70b-hf config.json (GQA, 8 KV heads); arXiv:2307.09288"),
-    "Mistral-7B-v0.1": DecoderConfig("Mistral-7B-v0.1", 7.24, 32, 32, 8, 128, 32768,
-                                     "mistralai/Mistral-7B-v0.1 config.json (GQA, 8 KV heads); "
-                                     "Jiang et al. 2023, arXiv:2310.06825"),
-    "Llama-3-8B": DecoderConfig("Llama-3-8B", 8.03, 32, 32, 8, 128, 8192,
-                                "meta-llama/Meta-Llama-3-8B config.json (GQA, 8 KV heads)"),
+    "Llama-2-7B": DecoderConfig(
+        "Llama-2-7B",
+        6.74,
+        32,
+        32,
+        32,
+        128,
+        4096,
+        "meta-llama/Llama-2-7b-hf config.json; Touvron et al. 2023, arXiv:2307.09288",
+    ),
+    "Llama-2-13B": DecoderConfig(
+        "Llama-2-13B", 13.0, 40, 40, 40, 128, 4096, "meta-llama/Llama-2-13b-hf config.json; arXiv:2307.09288"
+    ),
+    "Llama-2-70B": DecoderConfig(
+        "Llama-2-70B",
+        69.0,
+        80,
+        64,
+        8,
+        128,
+        4096,
+        "meta-llama/Llama-2-70b-hf config.json (GQA, 8 KV heads); arXiv:2307.09288",
+    ),
+    "Mistral-7B-v0.1": DecoderConfig(
+        "Mistral-7B-v0.1",
+        7.24,
+        32,
+        32,
+        8,
+        128,
+        32768,
+        "mistralai/Mistral-7B-v0.1 config.json (GQA, 8 KV heads); Jiang et al. 2023, arXiv:2310.06825",
+    ),
+    "Llama-3-8B": DecoderConfig(
+        "Llama-3-8B", 8.03, 32, 32, 8, 128, 8192, "meta-llama/Meta-Llama-3-8B config.json (GQA, 8 KV heads)"
+    ),
 }
 
 
@@ -77,8 +103,13 @@ def reservation_waste(lengths, max_len: int, block_size: int = 16) -> dict:
     used = int(lengths.sum())
     reserved_max = int(max_len * lengths.size)
     reserved_paged = int((np.ceil(lengths / block_size) * block_size).sum())
-    return {"used_tokens": used, "reserved_max_tokens": reserved_max, "reserved_paged_tokens": reserved_paged,
-            "waste_frac_max": 1 - used / reserved_max, "waste_frac_paged": 1 - used / reserved_paged}
+    return {
+        "used_tokens": used,
+        "reserved_max_tokens": reserved_max,
+        "reserved_paged_tokens": reserved_paged,
+        "waste_frac_max": 1 - used / reserved_max,
+        "waste_frac_paged": 1 - used / reserved_paged,
+    }
 
 
 def simulate_lru(model_bytes: dict[str, int], requests: list[str], budget_bytes: int) -> dict:
@@ -104,8 +135,13 @@ def simulate_lru(model_bytes: dict[str, int], requests: list[str], budget_bytes:
         loaded[name] = model_bytes[name]
         loads += 1
         peak = max(peak, sum(loaded.values()))
-    return {"loads": loads, "hits": hits, "evictions": evictions, "peak_bytes": peak,
-            "hit_rate": hits / len(requests) if requests else 0.0}
+    return {
+        "loads": loads,
+        "hits": hits,
+        "evictions": evictions,
+        "peak_bytes": peak,
+        "hit_rate": hits / len(requests) if requests else 0.0,
+    }
 
 
 def _unit(nbytes: float) -> tuple[str, int]:
@@ -115,8 +151,7 @@ def _unit(nbytes: float) -> tuple[str, int]:
     return "bytes", 1
 
 
-def kv_view(config: DecoderConfig, seq_len: int, batch: int, dtype="float16",
-            measured: dict | None = None) -> dict:
+def kv_view(config: DecoderConfig, seq_len: int, batch: int, dtype="float16", measured: dict | None = None) -> dict:
     """What the KV-cache widget draws (arithmetic, not a measurement): the cache of `config` against
     sequence length at `batch` in `dtype`, beside the weights in the same dtype, titled with the size at
     `seq_len`. `measured` ({(seq_len, batch, dtype): bytes}) names a cache allocated for real; when the
@@ -131,8 +166,10 @@ def kv_view(config: DecoderConfig, seq_len: int, batch: int, dtype="float16",
         raise ValueError(f"seq_len={seq_len} is past {config.name}'s context window of {config.max_context} tokens")
     dtype_bytes(dtype)  # a ValueError naming the known dtypes
     chosen = config.kv_bytes(int(seq_len), int(batch), dtype)
-    lengths = sorted({n for n in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768) if n <= config.max_context}
-                     | {int(seq_len), config.max_context})
+    lengths = sorted(
+        {n for n in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768) if n <= config.max_context}
+        | {int(seq_len), config.max_context}
+    )
     weights = param_bytes(int(config.params_billion * 1e9), dtype) if config.params_billion > 0 else 0
     unit, size = _unit(max(config.kv_bytes(lengths[-1], int(batch), dtype), weights))
     series = {f"KV cache, batch {batch}, {dtype}": [config.kv_bytes(n, int(batch), dtype) / size for n in lengths]}
@@ -145,8 +182,16 @@ def kv_view(config: DecoderConfig, seq_len: int, batch: int, dtype="float16",
     key = (int(seq_len), int(batch), dtype)
     if measured and key in measured:
         got = measured[key]
-        title += (f"; allocated for real here: {got:,} bytes, " +
-                  ("the formula's count exactly" if got == chosen else f"the formula says {chosen:,}"))
-    return {"x": lengths, "series": series, "title": title, "x_title": "tokens per sequence", "y_title": unit,
-            "subtitle": f"{config.name}: {config.layers} layers x {config.kv_heads} KV heads x {config.head_dim}; "
-                        "arithmetic on the config, not a measurement", "log_x": True}
+        title += f"; allocated for real here: {got:,} bytes, " + (
+            "the formula's count exactly" if got == chosen else f"the formula says {chosen:,}"
+        )
+    return {
+        "x": lengths,
+        "series": series,
+        "title": title,
+        "x_title": "tokens per sequence",
+        "y_title": unit,
+        "subtitle": f"{config.name}: {config.layers} layers x {config.kv_heads} KV heads x {config.head_dim}; "
+        "arithmetic on the config, not a measurement",
+        "log_x": True,
+    }

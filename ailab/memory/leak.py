@@ -5,6 +5,7 @@ A leak is a *trend*, not a difference between two readings: memory on a healthy 
 Fitting a line through every sample after warm-up uses all the evidence, and its standard error
 says how sure the slope is.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,10 @@ class LeakReport:
     reason: str
 
     def __str__(self) -> str:
-        return (f"{'LEAK' if self.leaking else 'no leak'}: {self.slope_bytes_per_iter / KiB:+.1f} KiB/iteration "
-                f"(± {self.stderr_bytes_per_iter / KiB:.1f}, n={self.n_used}) - {self.reason}")
+        return (
+            f"{'LEAK' if self.leaking else 'no leak'}: {self.slope_bytes_per_iter / KiB:+.1f} KiB/iteration "
+            f"(± {self.stderr_bytes_per_iter / KiB:.1f}, n={self.n_used}) - {self.reason}"
+        )
 
 
 def leak_slope(samples, warmup_frac: float = 0.2, min_slope_bytes: float = 4 * KiB, z: float = 4.0) -> LeakReport:
@@ -65,8 +68,13 @@ def leak_slope(samples, warmup_frac: float = 0.2, min_slope_bytes: float = 4 * K
     return LeakReport(float(slope), stderr, len(y), leaking, reason)
 
 
-def soak(step: Callable[[int], object], iters: int, device: torch.device | str | None = None,
-         counter: str | tuple[str, ...] = "auto", warmup: int = 0) -> list[float] | dict[str, list[float]]:
+def soak(
+    step: Callable[[int], object],
+    iters: int,
+    device: torch.device | str | None = None,
+    counter: str | tuple[str, ...] = "auto",
+    warmup: int = 0,
+) -> list[float] | dict[str, list[float]]:
     """Run `step(i)` `warmup` times unread, then `iters` times; return a memory reading (bytes) after each.
 
     counter: "cuda" (memory_allocated), "malloc" (glibc bytes in use: exact, the CPU default when
@@ -76,8 +84,7 @@ def soak(step: Callable[[int], object], iters: int, device: torch.device | str |
     if iters < 8:
         raise ValueError(f"iters must be >= 8 for a slope to mean anything, got {iters}")
     tracker = MemoryTracker(device=device, python_heap=False, sample=False)
-    readers = {"cuda": lambda: torch.cuda.memory_allocated(tracker.device), "malloc": malloc_in_use,
-               "rss": tracker.rss}
+    readers = {"cuda": lambda: torch.cuda.memory_allocated(tracker.device), "malloc": malloc_in_use, "rss": tracker.rss}
     names = (counter,) if isinstance(counter, str) else tuple(counter)
     auto = "cuda" if tracker.device.type == "cuda" else "malloc" if malloc_in_use() is not None else "rss"
     names = tuple(auto if n == "auto" else n for n in names)
@@ -124,21 +131,31 @@ def fixed_step(model, inputs: dict[str, torch.Tensor], keep_last: int = 4) -> to
         return hidden.mean(1)  # (B, H)
 
 
-def top_growth(snapshot_before: tracemalloc.Snapshot, snapshot_after: tracemalloc.Snapshot,
-               limit: int = 5, key: str = "lineno") -> list[dict]:
+def top_growth(
+    snapshot_before: tracemalloc.Snapshot, snapshot_after: tracemalloc.Snapshot, limit: int = 5, key: str = "lineno"
+) -> list[dict]:
     """The source lines whose Python-heap allocations grew most between two tracemalloc snapshots.
 
     tracemalloc sees Python objects (the tensor wrappers, list slots), not tensor storage, which the
     torch allocator takes from the OS directly: it points at the *line*, RSS tells the *bytes*.
     """
-    noise = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen*>"),
-             tracemalloc.Filter(False, "<unknown>")]
+    noise = [
+        tracemalloc.Filter(False, tracemalloc.__file__),
+        tracemalloc.Filter(False, "<frozen*>"),
+        tracemalloc.Filter(False, "<unknown>"),
+    ]
     after, before = snapshot_after.filter_traces(noise), snapshot_before.filter_traces(noise)
     rows = []
     for stat in after.compare_to(before, key)[:limit]:
         frame = stat.traceback[0]
-        rows.append({"file": frame.filename, "line": frame.lineno, "size_diff_bytes": stat.size_diff,
-                     "count_diff": stat.count_diff})
+        rows.append(
+            {
+                "file": frame.filename,
+                "line": frame.lineno,
+                "size_diff_bytes": stat.size_diff,
+                "count_diff": stat.count_diff,
+            }
+        )
     return rows
 
 

@@ -8,6 +8,7 @@ The same input gives the same number every run. RSS above a trimmed baseline is 
 cross-check (`rss_peak_delta`).
 CUDA: reset_peak_memory_stats(), run, max_memory_allocated() minus what was allocated before.
 """
+
 from __future__ import annotations
 
 import time
@@ -52,8 +53,12 @@ def cpu_peak_bytes(fn: Callable[[], object]) -> int:
     except (ImportError, AttributeError) as e:
         import warnings
 
-        warnings.warn(f"torch's profiler event tree is not available ({type(e).__name__}: {e}); measuring the "
-                      "CPU peak from RSS instead, which is coarser", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"torch's profiler event tree is not available ({type(e).__name__}: {e}); measuring the "
+            "CPU peak from RSS instead, which is coarser",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return max(0, rss_peak_delta(fn))
     held = peak = 0
     for _, delta in events:
@@ -94,8 +99,14 @@ def rss_peak_delta(fn: Callable[[], object], interval_s: float = 0.002) -> int:
     return int(phase["rss_peak"] - phase["rss_start"])
 
 
-def encoder_inputs(batch: int, seq_len: int, vocab: int = 30522, pad_frac: float = 0.25,
-                   device: torch.device | str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+def encoder_inputs(
+    batch: int,
+    seq_len: int,
+    vocab: int = 30522,
+    pad_frac: float = 0.25,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
     """A (batch, seq_len) batch of token ids in which a quarter of the positions of half the rows are
     padding, as in a real padded batch (that padding is what makes BERT build its attention mask)."""
     if batch <= 0 or seq_len <= 0:
@@ -105,7 +116,7 @@ def encoder_inputs(batch: int, seq_len: int, vocab: int = 30522, pad_frac: float
     mask = torch.ones(batch, seq_len, dtype=torch.long)  # (B, T)
     n_pad = int(seq_len * pad_frac)
     if n_pad and seq_len > 1:
-        mask[: max(1, batch // 2), seq_len - n_pad:] = 0
+        mask[: max(1, batch // 2), seq_len - n_pad :] = 0
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
@@ -133,8 +144,14 @@ def _is_oom(err: BaseException) -> bool:
     return (oom and isinstance(err, oom)) or "out of memory" in str(err).lower()
 
 
-def find_max_batch(model: torch.nn.Module, budget_bytes: float, seq_len: int = 128, max_batch: int = 1024,
-                   headroom: float = 1.2, measure: Callable[[int], int] | None = None) -> MaxBatch:
+def find_max_batch(
+    model: torch.nn.Module,
+    budget_bytes: float,
+    seq_len: int = 128,
+    max_batch: int = 1024,
+    headroom: float = 1.2,
+    measure: Callable[[int], int] | None = None,
+) -> MaxBatch:
     """The largest batch whose safe line, (base + measured peak) x headroom, stays within `budget_bytes`.
 
     Doubling (1, 2, 4, ...) until a batch does not fit, then binary search between the last two.
@@ -201,8 +218,13 @@ def predicted_vs_measured(model: torch.nn.Module, batch: int, seq_len: int) -> d
     dtype = next(model.parameters()).dtype
     predicted = activation_bytes(batch, seq_len, EncoderShape.from_config(config), dtype)
     measured = forward_peak(model, batch, seq_len)
-    return {"batch": batch, "seq_len": seq_len, "predicted_bytes": predicted, "measured_bytes": measured,
-            "rel_error": (predicted - measured) / measured if measured else float("nan")}
+    return {
+        "batch": batch,
+        "seq_len": seq_len,
+        "predicted_bytes": predicted,
+        "measured_bytes": measured,
+        "rel_error": (predicted - measured) / measured if measured else float("nan"),
+    }
 
 
 def predicted_vs_measured_figure(model: torch.nn.Module, batch: int = 8, seq_len: int = 128):
@@ -213,10 +235,24 @@ def predicted_vs_measured_figure(model: torch.nn.Module, batch: int = 8, seq_len
 
     r = predicted_vs_measured(model, batch, seq_len)
     mib = [r["predicted_bytes"] / 2**20, r["measured_bytes"] / 2**20]
-    fig = go.Figure([go.Bar(x=["predicted (formula)", "measured (allocator)"], y=mib,
-                            text=[f"{v:.1f} MiB" for v in mib], textposition="outside")])
-    fig.update_layout(title={"text": f"Peak activations at batch {batch}, {seq_len} tokens: "
-                                     f"error {r['rel_error']:+.1%}<br><sup>measured on "
-                                     f"{describe_hardware().one_line()}</sup>"},
-                      yaxis_title="MiB", template="plotly_white", height=380)
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=["predicted (formula)", "measured (allocator)"],
+                y=mib,
+                text=[f"{v:.1f} MiB" for v in mib],
+                textposition="outside",
+            )
+        ]
+    )
+    fig.update_layout(
+        title={
+            "text": f"Peak activations at batch {batch}, {seq_len} tokens: "
+            f"error {r['rel_error']:+.1%}<br><sup>measured on "
+            f"{describe_hardware().one_line()}</sup>"
+        },
+        yaxis_title="MiB",
+        template="plotly_white",
+        height=380,
+    )
     return fig

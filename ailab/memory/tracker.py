@@ -11,6 +11,7 @@ A background sampler reads RSS (and CUDA counters) every `interval_s`, for a tim
 RSS peak inside each phase: a tiny child process on CPU (it never takes this process's GIL), a
 thread on a GPU. `available()` says plainly which counters exist here and why not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ailab.memory.counters import (_CHILD_SAMPLER, _child_cpu_s, _import_psutil, _import_pynvml,  # noqa: F401
-                                   _statm_rss, malloc_in_use, trim_malloc)
+from ailab.memory.counters import (
+    _CHILD_SAMPLER,
+    _child_cpu_s,
+    _import_psutil,
+    _import_pynvml,
+    _statm_rss,
+    malloc_in_use,
+    trim_malloc,  # noqa: F401 - re-exported
+)
 
 MiB = 2**20
 
@@ -44,7 +52,8 @@ class Phase:
         out = {"phase": self.name, "seconds": round(self.seconds, 3)}
         for k, v in self.counters.items():
             out[k if k == "alloc_retries" else f"{k}_mib"] = (
-                None if v is None else v if k == "alloc_retries" else round(v / MiB, 2))
+                None if v is None else v if k == "alloc_retries" else round(v / MiB, 2)
+            )
         return out
 
 
@@ -57,8 +66,13 @@ class MemoryTracker:
     >>> tracker.rows()   # one dict per phase
     """
 
-    def __init__(self, device: torch.device | str | None = None, interval_s: float = 0.05,
-                 python_heap: bool = True, sample: bool = True):
+    def __init__(
+        self,
+        device: torch.device | str | None = None,
+        interval_s: float = 0.05,
+        python_heap: bool = True,
+        sample: bool = True,
+    ):
         from ailab.device import pick_device
 
         if interval_s <= 0:
@@ -100,15 +114,18 @@ class MemoryTracker:
         cuda = self.device.type == "cuda"
         no_cuda = f"no (device is {self.device.type}; CUDA allocator counters exist only on a GPU)"
         return {
-            "rss": "yes (psutil)" if self._proc else
-                   ("yes (/proc/self/statm; psutil not installed)" if _statm_rss() else "no (no psutil, no /proc)"),
+            "rss": "yes (psutil)"
+            if self._proc
+            else ("yes (/proc/self/statm; psutil not installed)" if _statm_rss() else "no (no psutil, no /proc)"),
             "python_heap": "yes (tracemalloc)" if self._python_heap else "no (python_heap=False)",
             "malloc_in_use": "yes (glibc mallinfo2)" if malloc_in_use() is not None else "no (not glibc >= 2.33)",
             "cuda_allocated": "yes" if cuda else no_cuda,
             "cuda_reserved": "yes" if cuda else no_cuda,
             "cuda_peak": "yes" if cuda else no_cuda,
             "alloc_retries": "yes" if cuda else no_cuda,
-            "nvml_used": ("yes" if self._nvml else "no (nvidia-ml-py missing or no NVIDIA driver)") if cuda else no_cuda,
+            "nvml_used": ("yes" if self._nvml else "no (nvidia-ml-py missing or no NVIDIA driver)")
+            if cuda
+            else no_cuda,
         }
 
     def rss(self) -> int | None:
@@ -120,9 +137,11 @@ class MemoryTracker:
         if self.device.type != "cuda":
             return {}
         stats = torch.cuda.memory_stats(self.device)
-        out = {"cuda_allocated": float(torch.cuda.memory_allocated(self.device)),
-               "cuda_reserved": float(torch.cuda.memory_reserved(self.device)),
-               "alloc_retries": float(stats.get("num_alloc_retries", 0))}
+        out = {
+            "cuda_allocated": float(torch.cuda.memory_allocated(self.device)),
+            "cuda_reserved": float(torch.cuda.memory_reserved(self.device)),
+            "alloc_retries": float(stats.get("num_alloc_retries", 0)),
+        }
         if self._nvml:
             pynvml, handle = self._nvml
             out["nvml_used"] = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
@@ -147,7 +166,10 @@ class MemoryTracker:
             os.close(fd)
             self._child = subprocess.Popen(
                 [sys.executable, "-S", "-c", _CHILD_SAMPLER, str(os.getpid()), repr(self.interval_s), self._child_path],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ailab-memory-sampler", daemon=True)
@@ -221,8 +243,13 @@ class MemoryTracker:
 
         def with_cuda():
             used = float(nvml[0].nvmlDeviceGetMemoryInfo(nvml[1]).used) if nvml else None
-            return (time.monotonic() - self._t0, rss(), torch.cuda.memory_allocated(dev),
-                    torch.cuda.memory_reserved(dev), used)
+            return (
+                time.monotonic() - self._t0,
+                rss(),
+                torch.cuda.memory_allocated(dev),
+                torch.cuda.memory_reserved(dev),
+                used,
+            )
 
         return with_cuda
 
@@ -240,8 +267,9 @@ class MemoryTracker:
         """The samples so far, one dict per sample (t in seconds since the tracker started, bytes)."""
         if self._child is not None:
             self._read_child()
-        keys = ("t", "rss") if self.device.type != "cuda" else ("t", "rss", "cuda_allocated", "cuda_reserved",
-                                                                "nvml_used")
+        keys = (
+            ("t", "rss") if self.device.type != "cuda" else ("t", "rss", "cuda_allocated", "cuda_reserved", "nvml_used")
+        )
         return [dict(zip(keys, row)) for row in list(self._raw)]
 
     def _rss_peak_between(self, t_start: float, t_end: float) -> float | None:
@@ -277,8 +305,11 @@ class MemoryTracker:
                 torch.cuda.synchronize(self.device)
             after = self.snapshot()
             t_end = time.monotonic() - self._t0
-            counters: dict[str, float | None] = {"rss_start": before["rss"], "rss_end": after["rss"],
-                                                 "malloc_in_use": after["malloc_in_use"]}
+            counters: dict[str, float | None] = {
+                "rss_start": before["rss"],
+                "rss_end": after["rss"],
+                "malloc_in_use": after["malloc_in_use"],
+            }
             sampled = self._rss_peak_between(t_start, t_end)
             ends = [v for v in (before["rss"], after["rss"], sampled) if v is not None]
             counters["rss_peak"] = max(ends) if ends else None
@@ -328,10 +359,22 @@ class MemoryTracker:
             if any(y is not None for y in ys):
                 fig.add_trace(go.Scatter(x=ts, y=[None if y is None else y / MiB for y in ys], name=key, mode="lines"))
         for i, (name, a, b) in enumerate(self.marks):
-            fig.add_vrect(x0=a, x1=b, fillcolor="LightSkyBlue" if i % 2 else "LightGreen", opacity=0.25,
-                          line_width=0, annotation_text=name, annotation_position="top left")
-        fig.update_layout(title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
-                          xaxis_title="seconds", yaxis_title="MiB", template="plotly_white", height=420)
+            fig.add_vrect(
+                x0=a,
+                x1=b,
+                fillcolor="LightSkyBlue" if i % 2 else "LightGreen",
+                opacity=0.25,
+                line_width=0,
+                annotation_text=name,
+                annotation_position="top left",
+            )
+        fig.update_layout(
+            title={"text": f"{title}<br><sup>measured on {describe_hardware().one_line()}</sup>"},
+            xaxis_title="seconds",
+            yaxis_title="MiB",
+            template="plotly_white",
+            height=420,
+        )
         return fig
 
 
@@ -354,7 +397,7 @@ def sampler_overhead(fn, pairs: int = 12, calls_per_block: int = 3, interval_s: 
     calls: dict[str, list[float]] = {"on": [], "off": []}
     for i in range(pairs):
         block = {}
-        for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
+        for arm in ("off", "on") if i % 2 == 0 else ("on", "off"):
             tracker = MemoryTracker(interval_s=interval_s, python_heap=False, sample=(arm == "on"))
             if arm == "on":
                 tracker.wait_ready()  # time the sampling, not the sampler's start-up
@@ -369,7 +412,11 @@ def sampler_overhead(fn, pairs: int = 12, calls_per_block: int = 3, interval_s: 
                 cpu += tracker.sampler_cpu_s
                 wall += block[arm]
         ratios.append(block["on"] / block["off"])
-    return {"overhead_frac": min(calls["on"]) / min(calls["off"]) - 1,
-            "overhead_median_frac": statistics.median(ratios) - 1,
-            "sampler_cpu_frac": cpu / wall if wall else 0.0, "pairs": pairs, "interval_s": interval_s,
-            "fn_median_s": statistics.median(calls["off"])}
+    return {
+        "overhead_frac": min(calls["on"]) / min(calls["off"]) - 1,
+        "overhead_median_frac": statistics.median(ratios) - 1,
+        "sampler_cpu_frac": cpu / wall if wall else 0.0,
+        "pairs": pairs,
+        "interval_s": interval_s,
+        "fn_median_s": statistics.median(calls["off"]),
+    }

@@ -15,16 +15,61 @@ is refused with an error naming the file and both hashes (topic E6).
 - decoders.py  tiny_gpt
 - heads.py     classifiers trained here (sentiment, digits)
 """
+
 from ailab.models.decoders import TINY_GPT_SIZES, tiny_gpt
 from ailab.models.encoders import MAX_LENGTH, Encoder, MeanPoolEncoder, load_encoder, load_tokenizer, tiny_bert
-from ailab.models.heads import (SentimentClassifier, TrainedClassifier, cached_embeddings, digits_mlp,
-                                predict_sentiment, sentiment_classifier, train_linear_head)
-from ailab.models.weights import (MINILM_WHEEL, TRUSTED_SHA256, WeightsIntegrityError, cache_dir, load_state_dict,
-                                  minilm_dir, minilm_source, minilm_travel_dir, minilm_weights, minilm_wheel_dir,
-                                  save_state_dict, sha256_of, verify_file)
+from ailab.models.heads import (
+    SentimentClassifier,
+    TrainedClassifier,
+    cached_embeddings,
+    digits_mlp,
+    predict_sentiment,
+    sentiment_classifier,
+    train_linear_head,
+)
+from ailab.models.weights import (
+    MINILM_WHEEL,
+    TRUSTED_SHA256,
+    WeightsIntegrityError,
+    cache_dir,
+    load_state_dict,
+    minilm_dir,
+    minilm_source,
+    minilm_travel_dir,
+    minilm_weights,
+    minilm_wheel_dir,
+    save_state_dict,
+    sha256_of,
+    verify_file,
+)
 
-__all__ = ["Encoder", "MAX_LENGTH", "MINILM_WHEEL", "MeanPoolEncoder", "SentimentClassifier", "TINY_GPT_SIZES",
-           "TRUSTED_SHA256", "TrainedClassifier", "WeightsIntegrityError", "cache_dir", "cached_embeddings",
-           "digits_mlp", "load_encoder", "load_state_dict", "load_tokenizer", "minilm_dir", "minilm_source",
-           "minilm_travel_dir", "minilm_weights", "minilm_wheel_dir", "predict_sentiment", "save_state_dict",
-           "sentiment_classifier", "sha256_of", "tiny_bert", "tiny_gpt", "train_linear_head", "verify_file"]
+__all__ = [
+    "Encoder",
+    "MAX_LENGTH",
+    "MINILM_WHEEL",
+    "MeanPoolEncoder",
+    "SentimentClassifier",
+    "TINY_GPT_SIZES",
+    "TRUSTED_SHA256",
+    "TrainedClassifier",
+    "WeightsIntegrityError",
+    "cache_dir",
+    "cached_embeddings",
+    "digits_mlp",
+    "load_encoder",
+    "load_state_dict",
+    "load_tokenizer",
+    "minilm_dir",
+    "minilm_source",
+    "minilm_travel_dir",
+    "minilm_weights",
+    "minilm_wheel_dir",
+    "predict_sentiment",
+    "save_state_dict",
+    "sentiment_classifier",
+    "sha256_of",
+    "tiny_bert",
+    "tiny_gpt",
+    "train_linear_head",
+    "verify_file",
+]

@@ -1,13 +1,14 @@
 """Decoders: GPT-2-architecture models from a config (no download), for speed and memory work."""
+
 from __future__ import annotations
 
 import torch
 
 # GPT-2-architecture decoders from a config, random init, byte-level (vocab 256): sizes for speed and memory work.
 TINY_GPT_SIZES = {  # name: (layers, heads, embedding width, positions)
-    "1m": (4, 4, 128, 512),      # ~0.9 M parameters
-    "8m": (8, 8, 256, 1024),     # ~6.6 M
-    "30m": (10, 8, 512, 1024),   # ~32 M
+    "1m": (4, 4, 128, 512),  # ~0.9 M parameters
+    "8m": (8, 8, 256, 1024),  # ~6.6 M
+    "30m": (10, 8, 512, 1024),  # ~32 M
 }
 
 
@@ -20,6 +21,16 @@ def tiny_gpt(size: str = "1m", seed: int = 0, vocab_size: int = 256):
         raise ValueError(f"size={size!r}; choose one of {list(TINY_GPT_SIZES)}")
     layers, heads, width, positions = TINY_GPT_SIZES[size]
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=vocab_size, n_positions=positions, n_embd=width, n_layer=layers, n_head=heads,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=positions,
+        n_embd=width,
+        n_layer=layers,
+        n_head=heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     return GPT2LMHeadModel(config).eval()

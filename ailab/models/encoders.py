@@ -1,5 +1,6 @@
 """Sentence encoders: all-MiniLM-L6-v2 (hash-checked, offline) and a tiny random BERT with its vocabulary, each
 with its tokenizer, as one `Encoder`."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ailab.models.weights import (TRUSTED_SHA256, load_state_dict, minilm_dir, minilm_source, minilm_weights,
-                                  verify_file)
+from ailab.models.weights import TRUSTED_SHA256, load_state_dict, minilm_dir, minilm_source, minilm_weights, verify_file
 
 MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained on at most 256 word pieces
 
@@ -71,7 +71,7 @@ class Encoder:
         device = next(self.model.parameters()).device
         out = []
         for i in range(0, len(texts), batch_size):
-            batch = {k: v.to(device) for k, v in self.tokenize(texts[i:i + batch_size], max_length).items()}
+            batch = {k: v.to(device) for k, v in self.tokenize(texts[i : i + batch_size], max_length).items()}
             out.append(self.model(**batch).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.model.config.hidden_size), np.float32)
 
@@ -82,8 +82,9 @@ def load_encoder(name: str = "minilm", device: str | torch.device = "cpu") -> En
     from transformers import BertConfig, BertModel
 
     if name not in ("minilm", "minilm-travel"):
-        raise ValueError(f"unknown model {name!r}; the zoo has: ['minilm'] (or its travelling copy "
-                         "'minilm-travel', and tiny_bert())")
+        raise ValueError(
+            f"unknown model {name!r}; the zoo has: ['minilm'] (or its travelling copy 'minilm-travel', and tiny_bert())"
+        )
     t0 = time.perf_counter()
     source = minilm_source() if name == "minilm" else name
     folder = minilm_dir(source)
@@ -107,8 +108,14 @@ def tiny_bert(seed: int = 0, layers: int = 2, hidden: int = 48, heads: int = 4) 
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=4 * hidden, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=512,
+    )
     t0 = time.perf_counter()
     model = MeanPoolEncoder(BertModel(config, add_pooling_layer=False)).eval()
     return Encoder(model, load_tokenizer("minilm"), f"tiny-bert-seed{seed}", "random-init", time.perf_counter() - t0)

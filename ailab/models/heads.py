@@ -1,5 +1,6 @@
 """Classifiers trained here: a linear head on MiniLM's embeddings (Rotten Tomatoes sentiment) and an MLP on
 scikit-learn's digits, with the embeddings cached on disk after the first run."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +15,7 @@ from torch import nn
 from ailab import data
 from ailab.models.encoders import Encoder, MeanPoolEncoder, load_encoder
 from ailab.models.weights import cache_dir
+
 
 class SentimentClassifier(nn.Module):
     """Encoder + linear head: (input_ids, attention_mask) -> (B, 2) logits. Exportable to ONNX."""
@@ -109,5 +111,7 @@ def predict_sentiment(clf: TrainedClassifier, texts: list[str], max_length: int 
     if not texts:
         return []
     probs = torch.softmax(clf.model(**clf.encoder.tokenize(texts, max_length)), dim=-1)  # (B, 2)
-    return [{"text": t, "label": clf.split.classes[int(p.argmax())], "p_positive": float(p[1])}
-            for t, p in zip(texts, probs)]
+    return [
+        {"text": t, "label": clf.split.classes[int(p.argmax())], "p_positive": float(p[1])}
+        for t, p in zip(texts, probs)
+    ]

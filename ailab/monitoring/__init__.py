@@ -13,15 +13,47 @@
 
 The figure of alert results is `ailab.viz.alert_figure`.
 """
+
 from ailab.monitoring.alerts import AlertResult, evaluate
-from ailab.monitoring.exposition import (LATENCY_METRIC, NOT_TRAFFIC, PREDICT_ROUTE, REQUESTS_METRIC, RSS_METRIC,
-                                         Snapshot, histogram_from_metrics, histogram_quantile, parse_exposition,
-                                         read_metrics, samples, scrape, window_stats)
+from ailab.monitoring.exposition import (
+    LATENCY_METRIC,
+    NOT_TRAFFIC,
+    PREDICT_ROUTE,
+    REQUESTS_METRIC,
+    RSS_METRIC,
+    Snapshot,
+    histogram_from_metrics,
+    histogram_quantile,
+    parse_exposition,
+    read_metrics,
+    samples,
+    scrape,
+    window_stats,
+)
 from ailab.monitoring.faults import InjectedSlowdown
 from ailab.monitoring.history import MetricHistory, Recorder
 from ailab.monitoring.rules import Rule, load_rules, parse_duration
 
-__all__ = ["AlertResult", "InjectedSlowdown", "LATENCY_METRIC", "MetricHistory", "NOT_TRAFFIC", "PREDICT_ROUTE",
-           "REQUESTS_METRIC", "RSS_METRIC", "Recorder", "Rule", "Snapshot", "evaluate", "histogram_from_metrics",
-           "histogram_quantile", "load_rules", "parse_duration", "parse_exposition", "read_metrics", "samples",
-           "scrape", "window_stats"]
+__all__ = [
+    "AlertResult",
+    "InjectedSlowdown",
+    "LATENCY_METRIC",
+    "MetricHistory",
+    "NOT_TRAFFIC",
+    "PREDICT_ROUTE",
+    "REQUESTS_METRIC",
+    "RSS_METRIC",
+    "Recorder",
+    "Rule",
+    "Snapshot",
+    "evaluate",
+    "histogram_from_metrics",
+    "histogram_quantile",
+    "load_rules",
+    "parse_duration",
+    "parse_exposition",
+    "read_metrics",
+    "samples",
+    "scrape",
+    "window_stats",
+]

@@ -1,5 +1,6 @@
 """Alert evaluation: a rule stepped through a recorded series as Prometheus evaluates it (inactive -> pending ->
 firing)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from ailab.monitoring.rules import Rule
 @dataclass
 class AlertResult:
     rule: Rule
-    states: list[tuple[float, str, float]]   # (ts, "inactive" | "pending" | "firing", value)
+    states: list[tuple[float, str, float]]  # (ts, "inactive" | "pending" | "firing", value)
     fired_at: float | None
 
     @property

@@ -1,15 +1,16 @@
 """What a server's /metrics says: the Prometheus text format read into snapshots of cumulative counters, and
 statistics over the window between two of them (p50/p99 by histogram_quantile, as Prometheus computes them)."""
+
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass
 
-LATENCY_METRIC = "ailab_request_latency_seconds"   # labelled by route: the latency SLO is /v1/predict's
+LATENCY_METRIC = "ailab_request_latency_seconds"  # labelled by route: the latency SLO is /v1/predict's
 REQUESTS_METRIC = "ailab_requests"  # exposed as ailab_requests_total{route="...",status="..."}
 PREDICT_ROUTE = "/v1/predict"
-NOT_TRAFFIC = ("/healthz", "/readyz", "/metrics")   # probes and scrapes: counted by the server, not users' requests
+NOT_TRAFFIC = ("/healthz", "/readyz", "/metrics")  # probes and scrapes: counted by the server, not users' requests
 RSS_METRIC = "ailab_process_resident_memory_bytes"
 
 
@@ -18,8 +19,8 @@ class Snapshot:
     """Cumulative counters of one scrape (Prometheus counters only ever go up)."""
 
     t: float
-    buckets: dict[float, float]           # upper bound (s) -> cumulative count, including +Inf
-    requests: dict[str, float]            # HTTP status -> count
+    buckets: dict[float, float]  # upper bound (s) -> cumulative count, including +Inf
+    requests: dict[str, float]  # HTTP status -> count
     rss_bytes: float = math.nan
 
 
@@ -42,8 +43,10 @@ def read_metrics(text: str) -> dict:
 
 def histogram_from_metrics(metrics: dict, name: str) -> tuple[list[float], list[float]]:
     """(upper bounds, count per bucket - not cumulative) of a Prometheus histogram read by read_metrics."""
-    cum = sorted(((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items()
-                  if k.startswith(name + "_bucket")), key=lambda kv: kv[0])
+    cum = sorted(
+        ((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items() if k.startswith(name + "_bucket")),
+        key=lambda kv: kv[0],
+    )
     bounds = [b for b, _ in cum]
     counts = [v - (cum[i - 1][1] if i else 0) for i, (_, v) in enumerate(cum)]
     return bounds, counts
@@ -106,6 +109,10 @@ def window_stats(old: Snapshot, new: Snapshot) -> dict:
     delta = {b: new.buckets.get(b, 0) - old.buckets.get(b, 0) for b in new.buckets}
     n = sum(new.requests.values()) - sum(old.requests.values())
     errors = sum(v - old.requests.get(k, 0) for k, v in new.requests.items() if k.startswith("5"))
-    return {"p50_ms": histogram_quantile(0.5, delta) * 1e3, "p99_ms": histogram_quantile(0.99, delta) * 1e3,
-            "error_rate": errors / n if n > 0 else math.nan, "rps": n / dt,
-            "rss_mb": new.rss_bytes / 2**20 if not math.isnan(new.rss_bytes) else math.nan}
+    return {
+        "p50_ms": histogram_quantile(0.5, delta) * 1e3,
+        "p99_ms": histogram_quantile(0.99, delta) * 1e3,
+        "error_rate": errors / n if n > 0 else math.nan,
+        "rps": n / dt,
+        "rss_mb": new.rss_bytes / 2**20 if not math.isnan(new.rss_bytes) else math.nan,
+    }

@@ -1,4 +1,5 @@
 """A fault drill's wrapper: make a real predictor slow, or make it fail, while a test or a notebook watches."""
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """Metric history: samples (time, run, name, value) in SQLite, or PostgreSQL given a DSN, and a recorder thread
 that scrapes a server every N seconds and writes the window's statistics to it."""
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ailab.monitoring.exposition import Snapshot, scrape, window_stats
-
 
 
 class MetricHistory:
@@ -29,8 +29,10 @@ class MetricHistory:
             self.ph = "?"
             real = "REAL"
         self.lock = threading.Lock()
-        self._exec(f"CREATE TABLE IF NOT EXISTS metric_samples (ts {real} NOT NULL, run TEXT NOT NULL, "
-                   f"name TEXT NOT NULL, value {real})")
+        self._exec(
+            f"CREATE TABLE IF NOT EXISTS metric_samples (ts {real} NOT NULL, run TEXT NOT NULL, "
+            f"name TEXT NOT NULL, value {real})"
+        )
         self._exec("CREATE INDEX IF NOT EXISTS metric_samples_run_name_ts ON metric_samples (run, name, ts)")
 
     def _exec(self, sql: str, params=(), many: bool = False):

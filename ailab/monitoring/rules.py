@@ -1,5 +1,6 @@
 """Alert rules: the Prometheus rules file (monitoring/alerts.yml), each rule with the `ailab_check` this package
 evaluates without a Prometheus server."""
+
 from __future__ import annotations
 
 import math
@@ -22,15 +23,16 @@ def parse_duration(text: str) -> float:
 
 # --------------------------------------------------------------------------- rules
 
+
 @dataclass
 class Rule:
     name: str
-    expr: str          # PromQL, for Prometheus
-    for_s: float       # how long the condition must hold before the alert fires
-    metric: str        # what ailab.monitoring compares: "p99_ms", "error_rate", ...
+    expr: str  # PromQL, for Prometheus
+    for_s: float  # how long the condition must hold before the alert fires
+    metric: str  # what ailab.monitoring compares: "p99_ms", "error_rate", ...
     op: str
     threshold: float
-    window_s: float    # the rate() window the PromQL uses
+    window_s: float  # the rate() window the PromQL uses
     severity: str = ""
 
     def holds(self, value: float) -> bool:
@@ -57,10 +59,18 @@ def load_rules(path: str | Path = "monitoring/alerts.yml") -> list[Rule]:
             m = re.match(r"^\s*(\w+)\s*(>=|<=|>|<)\s*([-\d.eE]+)\s*$", check)
             if not m:
                 raise ValueError(f"{path}: ailab_check {check!r} must look like 'p99_ms > 200'")
-            rules.append(Rule(r["alert"], r["expr"], parse_duration(r.get("for", "0s")), m.group(1), m.group(2),
-                              float(m.group(3)), parse_duration(ann.get("ailab_window", "1m")),
-                              r.get("labels", {}).get("severity", "")))
+            rules.append(
+                Rule(
+                    r["alert"],
+                    r["expr"],
+                    parse_duration(r.get("for", "0s")),
+                    m.group(1),
+                    m.group(2),
+                    float(m.group(3)),
+                    parse_duration(ann.get("ailab_window", "1m")),
+                    r.get("labels", {}).get("severity", ""),
+                )
+            )
     if not rules:
         raise ValueError(f"{path} holds no alerting rules")
     return rules
-

@@ -12,11 +12,19 @@ One concept per file: casts.py (fp16/bf16), static_int8.py (calibration), evalua
 through a runner), report.py (the gate and the QuantReport). The precision explorer's callback is
 ailab.widgets.precision_view.
 """
+
 from __future__ import annotations
 
-from ailab.engine.int8 import quantize_dynamic_int8  # noqa: F401 - INT8 dynamic lives in the engine
-from ailab.quantize.casts import PrecisionSupport, cast_runner, model_size_bytes, precision_support  # noqa: F401
-from ailab.quantize.evaluate import Evaluation, batches_of, evaluate, mean_cosine, text_inputs  # noqa: F401
-from ailab.quantize.report import (DEFAULT_GATE_POINTS, GateResult, QuantReport, accuracy_gate,  # noqa: F401
-                                   interleaved_latency, latency_batch, quant_report)
-from ailab.quantize.static_int8 import CALIBRATION_METHODS, CalibrationReader, quantize_static_int8  # noqa: F401
+from ailab.engine.int8 import quantize_dynamic_int8  # INT8 dynamic lives in the engine
+from ailab.quantize.casts import PrecisionSupport, cast_runner, model_size_bytes, precision_support
+from ailab.quantize.evaluate import Evaluation, batches_of, evaluate, mean_cosine, text_inputs
+from ailab.quantize.report import (
+    DEFAULT_GATE_POINTS,
+    GateResult,
+    QuantReport,
+    accuracy_gate,
+    interleaved_latency,
+    latency_batch,
+    quant_report,
+)
+from ailab.quantize.static_int8 import CALIBRATION_METHODS, CalibrationReader, quantize_static_int8

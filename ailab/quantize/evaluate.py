@@ -1,4 +1,5 @@
 """Every held-out row through a runner, with padding trimmed per batch; and the inputs it takes."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ def text_inputs(tokenizer, texts: Sequence[str], max_length: int = 64) -> dict[s
     return int64_inputs(enc)
 
 
-def batches_of(inputs: Mapping[str, np.ndarray], batch_size: int = 32, rows: np.ndarray | None = None,
-               drop_last: bool = False):
+def batches_of(
+    inputs: Mapping[str, np.ndarray], batch_size: int = 32, rows: np.ndarray | None = None, drop_last: bool = False
+):
     """Split a dict of (N, ...) arrays into dicts of at most `batch_size` rows (optionally only `rows`).
     drop_last=True keeps only full batches (histogram calibrators need equal shapes)."""
     if batch_size < 1:
@@ -27,14 +29,14 @@ def batches_of(inputs: Mapping[str, np.ndarray], batch_size: int = 32, rows: np.
     n = len(next(iter(inputs.values())))
     idx = np.arange(n) if rows is None else np.asarray(rows)
     stop = len(idx) - len(idx) % batch_size if drop_last else len(idx)
-    return [{k: np.asarray(v)[idx[i:i + batch_size]] for k, v in inputs.items()} for i in range(0, stop, batch_size)]
+    return [{k: np.asarray(v)[idx[i : i + batch_size]] for k, v in inputs.items()} for i in range(0, stop, batch_size)]
 
 
 @dataclass
 class Evaluation:
-    preds: np.ndarray        # (N,) argmax of the first output
-    outputs: np.ndarray      # (N, ...) the first output (logits)
-    features: np.ndarray     # (N, D) the second output if any (an embedding), else the first
+    preds: np.ndarray  # (N,) argmax of the first output
+    outputs: np.ndarray  # (N, ...) the first output (logits)
+    features: np.ndarray  # (N, D) the second output if any (an embedding), else the first
     accuracy: float
 
 

@@ -1,5 +1,6 @@
 """INT8 static (calibrated) through ONNX Runtime: activation ranges fixed ahead of time from calibration
 samples, QDQ format. (INT8 dynamic lives in the engine: ailab.engine.int8.)"""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,10 @@ class CalibrationReader(_reader_base()):
     def __init__(self, batches: Iterable[Mapping[str, np.ndarray]]):
         self.batches = [{k: np.ascontiguousarray(v) for k, v in b.items()} for b in batches]
         if not self.batches:
-            raise ValueError("the calibration set is empty: static INT8 needs real, representative samples "
-                             "to measure activation ranges (a few hundred rows is typical)")
+            raise ValueError(
+                "the calibration set is empty: static INT8 needs real, representative samples "
+                "to measure activation ranges (a few hundred rows is typical)"
+            )
         if any(not isinstance(b, Mapping) or not b for b in self.batches):
             raise TypeError("each calibration batch must be a non-empty dict of input name -> array")
         self.rows = sum(len(next(iter(b.values()))) for b in self.batches)
@@ -53,9 +56,15 @@ class CalibrationReader(_reader_base()):
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 
 
-def quantize_static_int8(path: str | os.PathLike, reader: CalibrationReader, out: str | os.PathLike | None = None,
-                         method: str = "minmax", per_channel: bool = False,
-                         op_types: Sequence[str] | None = None, percentile: float = 99.999) -> Path:
+def quantize_static_int8(
+    path: str | os.PathLike,
+    reader: CalibrationReader,
+    out: str | os.PathLike | None = None,
+    method: str = "minmax",
+    per_channel: bool = False,
+    op_types: Sequence[str] | None = None,
+    percentile: float = 99.999,
+) -> Path:
     """INT8 weights *and* activations, with activation ranges measured on `reader`'s samples; QDQ format.
 
     method: 'minmax' (the observed range: one outlier stretches it), 'entropy' (the range that keeps
@@ -77,17 +86,29 @@ def quantize_static_int8(path: str | os.PathLike, reader: CalibrationReader, out
     if not 50.0 < percentile <= 100.0:
         raise ValueError(f"percentile must be in (50, 100], got {percentile}")
     if method != "minmax" and len({tuple(v.shape for v in b.values()) for b in reader.batches}) > 1:
-        raise ValueError(f"method={method!r} builds histograms and needs every calibration batch to have the same "
-                         "shape; make them with batches_of(..., drop_last=True) and pad text to a fixed length")
-    calib = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-             "percentile": CalibrationMethod.Percentile}[method]
+        raise ValueError(
+            f"method={method!r} builds histograms and needs every calibration batch to have the same "
+            "shape; make them with batches_of(..., drop_last=True) and pad text to a fixed length"
+        )
+    calib = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[method]
     out = Path(out) if out is not None else path.with_name(f"{path.stem}.int8-static-{method}.onnx")
     reader.rewind()
     tmp = out.with_name(out.stem + f".tmp{os.getpid()}.onnx")
     with quiet_logger(""), contextlib.redirect_stdout(io.StringIO()):  # histogram calibrators print progress lines
-        quantize_static(str(path), str(tmp), reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                        calibrate_method=calib, op_types_to_quantize=list(op_types) if op_types else None,
-                        extra_options={"CalibPercentile": percentile} if method == "percentile" else None)
+        quantize_static(
+            str(path),
+            str(tmp),
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            calibrate_method=calib,
+            op_types_to_quantize=list(op_types) if op_types else None,
+            extra_options={"CalibPercentile": percentile} if method == "percentile" else None,
+        )
     os.replace(tmp, out)
     for leftover in Path.cwd().glob("augmented_model*.onnx"):  # older calibrators drop this in the cwd
         leftover.unlink(missing_ok=True)

@@ -9,11 +9,24 @@ endpoints), openai_api and openai_protocol (OpenAI's completions API), llm_engin
 (what they share), registry (LRU + hot swap), validation, metrics (Prometheus, logs), predictors (what is served),
 run (threads and the `ailab serve` command), ray_serve (the whole app as a Ray Serve deployment).
 """
+
 from ailab.server.app import ServerConfig, create_app
 from ailab.server.predictors import InputTooLongError, TextClassifierPredictor, sentiment_predictor, tiny_predictor
 from ailab.server.registry import ModelLoadError, ModelRegistry, SwapRefusedError, UnknownModelError
 from ailab.server.run import ServerHandle, serve_main, start_in_thread
 
-__all__ = ["InputTooLongError", "ModelLoadError", "ModelRegistry", "ServerConfig", "ServerHandle", "SwapRefusedError",
-           "TextClassifierPredictor", "UnknownModelError", "create_app", "sentiment_predictor", "serve_main",
-           "start_in_thread", "tiny_predictor"]
+__all__ = [
+    "InputTooLongError",
+    "ModelLoadError",
+    "ModelRegistry",
+    "ServerConfig",
+    "ServerHandle",
+    "SwapRefusedError",
+    "TextClassifierPredictor",
+    "UnknownModelError",
+    "create_app",
+    "sentiment_predictor",
+    "serve_main",
+    "start_in_thread",
+    "tiny_predictor",
+]

@@ -21,6 +21,7 @@ metrics and the log. Then the in-flight limit (limits.py), then the routes (rout
 Headers are checked in headers.py, malformed HTTP below the app in protocol.py: every refusal is a 4xx
 (or 503) with a JSON message.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,8 +48,13 @@ def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[d
     return {"sentiment": lambda: sentiment_predictor(engine, too_long=too_long)}, "sentiment"
 
 
-def create_app(models: dict[str, Callable[[], object]] | None = None, default_model: str | None = None,
-               config: ServerConfig | None = None, generation=None, **overrides) -> FastAPI:
+def create_app(
+    models: dict[str, Callable[[], object]] | None = None,
+    default_model: str | None = None,
+    config: ServerConfig | None = None,
+    generation=None,
+    **overrides,
+) -> FastAPI:
     """The server. `models`: name -> loader() returning a predictor (a batch function with .name,
     .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier, or none at all when
     a `generation` engine (server.llm_engine.GenerationEngine) is given, which the OpenAI routes serve.
@@ -62,12 +68,25 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
         queue_depth=lambda: sum(e.batcher.queue_depth for e in registry.loaded.values()),
         queue_capacity=lambda: config.max_queue * max(1, len(registry.loaded)),
         in_flight=lambda: state.in_flight,
-        models_loaded=lambda: len(registry.loaded))
-    registry = ModelRegistry(models, default_model, config.max_models, config.max_model_bytes,
-                             {"max_batch_size": config.max_batch_size, "max_wait_ms": config.max_wait_ms,
-                              "max_queue": config.max_queue, "length_bucket_tokens": config.length_bucket_tokens},
-                             config.torch_threads, metrics.on_batch, metrics.on_model_loaded,
-                             config.warmup, freeze_gc=config.freeze_gc)
+        models_loaded=lambda: len(registry.loaded),
+    )
+    registry = ModelRegistry(
+        models,
+        default_model,
+        config.max_models,
+        config.max_model_bytes,
+        {
+            "max_batch_size": config.max_batch_size,
+            "max_wait_ms": config.max_wait_ms,
+            "max_queue": config.max_queue,
+            "length_bucket_tokens": config.length_bucket_tokens,
+        },
+        config.torch_threads,
+        metrics.on_batch,
+        metrics.on_model_loaded,
+        config.warmup,
+        freeze_gc=config.freeze_gc,
+    )
     state = ServerState(config, registry, metrics)
     if generation is not None:
         state.generation = generation
@@ -93,13 +112,17 @@ def create_app(models: dict[str, Callable[[], object]] | None = None, default_mo
     app.add_middleware(ConcurrencyLimit, limit=config.max_concurrency, retry_after_s=config.retry_after_s)
     app.add_middleware(ServingEdge, state=state, routes=lambda: app.routes)
 
-    async def no_such_route(request, exc: HTTPException):     # FastAPI's own 404/405, in the one error body
-        response = error_response(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}",
-                                  request_id(request), request.url.path in OPENAI_ROUTES)
+    async def no_such_route(request, exc: HTTPException):  # FastAPI's own 404/405, in the one error body
+        response = error_response(
+            exc.status_code,
+            f"{exc.detail}: {request.method} {request.url.path}",
+            request_id(request),
+            request.url.path in OPENAI_ROUTES,
+        )
         response.headers.update(exc.headers or {})
         return response
 
     app.add_exception_handler(HTTPException, no_such_route)
     app.include_router(routes.router)  # the handlers, each reading this state from request.app.state.ailab
-    app.include_router(openai_routes.router)   # the OpenAI routes (404 with words unless a generation engine is given)
+    app.include_router(openai_routes.router)  # the OpenAI routes (404 with words unless a generation engine is given)
     return app

@@ -15,6 +15,7 @@
 Handlers stay small: they raise (InvalidRequest, QueueFullError, ...) and the edge answers. The probes and
 /metrics are counted too, under their own route label, so a dashboard can leave them out.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -33,9 +34,9 @@ from ailab.server.predictors import InputTooLongError
 from ailab.server.registry import ModelLoadError, SwapRefusedError, UnknownModelError
 from ailab.server.validation import InvalidRequest
 
-PROBES = ("/healthz", "/readyz")           # open with or without a key: they say nothing private
+PROBES = ("/healthz", "/readyz")  # open with or without a key: they say nothing private
 OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/models")
-UNMATCHED = "unmatched"                    # the route label of a path no route serves (bounded label values)
+UNMATCHED = "unmatched"  # the route label of a path no route serves (bounded label values)
 
 
 class ServerBusy(RuntimeError):
@@ -71,14 +72,29 @@ def answer_for(e: BaseException) -> tuple[int, str, bool]:
     return 500, f"the server failed on this request ({type(e).__name__}); the request id is in its log", False
 
 
-_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                 404: "not_found_error", 408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error",
-                 415: "invalid_request_error", 422: "invalid_request_error", 503: "overloaded_error",
-                 504: "timeout_error"}
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
 
 
-def error_response(status: int, message: str, request_id: str, openai: bool = False, retry_after_s: int | None = None,
-                   param: str | None = None) -> Response:
+def error_response(
+    status: int,
+    message: str,
+    request_id: str,
+    openai: bool = False,
+    retry_after_s: int | None = None,
+    param: str | None = None,
+) -> Response:
     """The one error body. ailab's: {"error": message, "status", "request_id"}. OpenAI's routes nest it as their
     clients expect ({"error": {"message", "type", "param", "code"}}) and keep status and request_id beside it."""
     error: object = message
@@ -89,7 +105,7 @@ def error_response(status: int, message: str, request_id: str, openai: bool = Fa
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     if status == 408:
-        headers["Connection"] = "close"     # a body that never came: the connection cannot be reused
+        headers["Connection"] = "close"  # a body that never came: the connection cannot be reused
     body = json.dumps({"error": error, "status": status, "request_id": request_id}, ensure_ascii=False).encode()
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
@@ -132,7 +148,7 @@ class ServingEdge:
 
     def __init__(self, app, state, routes: Callable[[], list]):
         self.app, self.state, self._routes = app, state, routes
-        self._labels: dict[str, str] = {}   # path -> route label, for paths a route serves
+        self._labels: dict[str, str] = {}  # path -> route label, for paths a route serves
 
     def route_label(self, scope) -> str:
         path = scope["path"]
@@ -143,7 +159,7 @@ class ServingEdge:
                 if route.path_regex.match(path):
                     label = route.path
                     break
-            if label != UNMATCHED and len(self._labels) < 1024:   # /admin/models/{name}/swap has one per name
+            if label != UNMATCHED and len(self._labels) < 1024:  # /admin/models/{name}/swap has one per name
                 self._labels[path] = label
         return label
 
@@ -159,7 +175,7 @@ class ServingEdge:
         try:
             got = hdr.api_key(request)
         except InvalidRequest as e:
-            return None if path in PROBES else (e.status, e.message)     # a header sent twice: 400
+            return None if path in PROBES else (e.status, e.message)  # a header sent twice: 400
         request.scope["ailab.authorised"] = hmac.compare_digest(got.encode(), key.encode())
         if path in PROBES or request.scope["ailab.authorised"]:
             return None
@@ -192,7 +208,7 @@ class ServingEdge:
                 sent["status"], sent["started"] = message["status"], True
                 message = {**message, "headers": [*message.get("headers", []), rid_header]}
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                finish()        # before the last bytes leave: a client that has its answer finds the log written
+                finish()  # before the last bytes leave: a client that has its answer finds the log written
             await send(message)
 
         try:
@@ -208,11 +224,12 @@ class ServingEdge:
                 await self.app(scope, receive, send_and_count)
             except Exception as e:  # every failure becomes an answer from the table, never a bare 500
                 if sent["started"]:
-                    raise               # the answer is half sent: nothing sane can follow it on this connection
+                    raise  # the answer is half sent: nothing sane can follow it on this connection
                 status, message, retry = answer_for(e)
                 note(request, error=f"{type(e).__name__}: {e}" if status >= 500 else message)
                 retry_s = self.state.config.retry_after_s if retry else None
                 await error_response(status, message, rid, openai, retry_s, getattr(e, "param", None))(
-                    scope, receive, send_and_count)
+                    scope, receive, send_and_count
+                )
         finally:
             finish()

@@ -20,6 +20,7 @@ accept most of those and a server must not guess.
 Control characters in any header value, and header lines that are not "name: value", never reach
 the app: the HTTP parser answers them with 400 (protocol.py makes that answer JSON too).
 """
+
 from __future__ import annotations
 
 import re
@@ -65,8 +66,9 @@ def request_id(request: Request) -> tuple[str, str | None]:
     if rid is None:
         return uuid.uuid4().hex, None
     if not _REQUEST_ID.fullmatch(rid):
-        return uuid.uuid4().hex, (f"header X-Request-Id must be 1-64 characters of A-Z a-z 0-9 . _ - "
-                                  f"(got {_show(rid)})")
+        return uuid.uuid4().hex, (
+            f"header X-Request-Id must be 1-64 characters of A-Z a-z 0-9 . _ - (got {_show(rid)})"
+        )
     return rid, None
 
 
@@ -77,8 +79,9 @@ def check_content_type(request: Request) -> None:
         raise InvalidRequest(415, f"header Content-Type must be application/json (got {_show(raw) if raw else 'none'})")
     params = params.strip()
     if params and not _CHARSET.fullmatch(params):
-        raise InvalidRequest(415, f"header Content-Type: the body must be UTF-8 JSON; drop {_show(params)} "
-                                  f"or send charset=utf-8")
+        raise InvalidRequest(
+            415, f"header Content-Type: the body must be UTF-8 JSON; drop {_show(params)} or send charset=utf-8"
+        )
 
 
 def declared_length(request: Request, max_bytes: int) -> int | None:
@@ -86,9 +89,9 @@ def declared_length(request: Request, max_bytes: int) -> int | None:
     raw = single(request, "Content-Length")
     if raw is None:
         return None
-    if not raw.isascii() or not raw.isdigit():   # the HTTP parser already refuses these; kept as a guard
+    if not raw.isascii() or not raw.isdigit():  # the HTTP parser already refuses these; kept as a guard
         raise InvalidRequest(400, f"header Content-Length must be a number of bytes in ASCII digits (got {_show(raw)})")
-    if len(raw) > 15 or int(raw) > max_bytes:     # no int() of a 5000-digit string
+    if len(raw) > 15 or int(raw) > max_bytes:  # no int() of a 5000-digit string
         raise InvalidRequest(413, f"header Content-Length says {_show(raw)} bytes; the limit is {max_bytes}")
     return int(raw)
 
@@ -99,8 +102,11 @@ def deadline(request: Request, default_s: float) -> float:
     raw = single(request, "X-Timeout-Ms")
     if raw is not None:
         if not _TIMEOUT_MS.fullmatch(raw):
-            raise InvalidRequest(400, f"header X-Timeout-Ms must be milliseconds, 0 or more, in plain digits "
-                                      f"such as 250 or 2.5 (got {_show(raw)})")
+            raise InvalidRequest(
+                400,
+                f"header X-Timeout-Ms must be milliseconds, 0 or more, in plain digits "
+                f"such as 250 or 2.5 (got {_show(raw)})",
+            )
         timeout = min(timeout, float(raw) / 1e3)
     return time.monotonic() + timeout
 
@@ -111,8 +117,11 @@ def priority(request: Request) -> int:
     if raw is None:
         return 0
     if not _PRIORITY.fullmatch(raw):
-        raise InvalidRequest(400, f"header X-Priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
-                                  f"e.g. 1 or -1 (got {_show(raw)})")
+        raise InvalidRequest(
+            400,
+            f"header X-Priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
+            f"e.g. 1 or -1 (got {_show(raw)})",
+        )
     return int(raw)
 
 

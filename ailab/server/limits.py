@@ -9,6 +9,7 @@ one concurrency slot - never a model worker, which only sees complete, validated
 bounds that to timeout_s for the WHOLE body (not per chunk, or a byte every few seconds would last
 forever); the 408 answer carries "Connection: close", so uvicorn drops the connection after it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ CLOSE = {"Connection": "close"}
 
 async def _read(request: Request, max_bytes: int) -> bytes:
     chunks, size = [], 0
-    async for chunk in request.stream():   # also bounds bodies sent without Content-Length
+    async for chunk in request.stream():  # also bounds bodies sent without Content-Length
         size += len(chunk)
         if size > max_bytes:
             raise InvalidRequest(413, f"body is over the {max_bytes}-byte limit")
@@ -33,14 +34,15 @@ async def _read(request: Request, max_bytes: int) -> bytes:
 
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
-    declared_length(request, max_bytes)    # 413 from the header alone, before reading a byte
+    declared_length(request, max_bytes)  # 413 from the header alone, before reading a byte
     try:
         return await asyncio.wait_for(_read(request, max_bytes), timeout_s)
-    except ClientDisconnect:   # a client error, not a 500: nobody is left to read the answer
+    except ClientDisconnect:  # a client error, not a 500: nobody is left to read the answer
         raise InvalidRequest(400, "the client closed the connection before sending the whole body") from None
     except asyncio.TimeoutError:
-        raise InvalidRequest(408, f"the request body did not arrive within {timeout_s:g} s; "
-                                  f"send it at once (the connection is closed)") from None
+        raise InvalidRequest(
+            408, f"the request body did not arrive within {timeout_s:g} s; send it at once (the connection is closed)"
+        ) from None
 
 
 class ConcurrencyLimit:
@@ -66,10 +68,24 @@ class ConcurrencyLimit:
             self.active -= 1
 
     async def _refuse(self, scope, send):
-        body = json.dumps({"error": f"server is at its limit of {self.limit} requests in flight; retry after the "
-                                    f"Retry-After seconds", "status": 503,
-                           "request_id": scope.get("ailab.request_id", "-")}).encode()
-        await send({"type": "http.response.start", "status": 503, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            (b"retry-after", self.retry_after), (b"connection", b"close")]})
+        body = json.dumps(
+            {
+                "error": f"server is at its limit of {self.limit} requests in flight; retry after the "
+                f"Retry-After seconds",
+                "status": 503,
+                "request_id": scope.get("ailab.request_id", "-"),
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 503,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", self.retry_after),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

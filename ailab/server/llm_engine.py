@@ -12,6 +12,7 @@ token), keeps the metrics (time to first token as the front-end sees it, gaps be
 reason), and forgets a request once it has ended: a server that runs for days holds only what is waiting and
 running. In a process of its own the core has its own GIL (engine_core.py says when that pays).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +35,9 @@ E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.
 @dataclass
 class Update:
     """What one step did for one request: its new tokens, and how it ended if it did."""
+
     tokens: list[int]
-    finish_reason: str | None = None          # "length", "stop", "cancelled" or "error"
+    finish_reason: str | None = None  # "length", "stop", "cancelled" or "error"
     error: str | None = None
 
 
@@ -44,13 +46,14 @@ class GenerationStream:
     """The route's handle on one request: updates arrive on `updates`, on the event loop that submitted it.
     `incremental` False: one update only, at the end, with every token (an answer that is not streamed needs
     nothing sooner, and a wake-up per step would cost the event loop for nothing)."""
+
     id: int
     prompt_tokens: int
     updates: asyncio.Queue
     loop: asyncio.AbstractEventLoop
     incremental: bool = True
     arrived: float = field(default_factory=time.perf_counter)
-    made: int = 0                          # tokens made so far (the metrics count them)
+    made: int = 0  # tokens made so far (the metrics count them)
     last_token_s: float | None = None
 
 
@@ -59,53 +62,79 @@ class GenerationMetrics:
 
     def __init__(self, registry, engine: "GenerationEngine"):
         r = registry
-        self.ttft = Histogram("ailab_generation_ttft_seconds", "Time from a generation request's arrival to its first "
-                              "token", buckets=TOKEN_BUCKETS, registry=r)
-        self.itl = Histogram("ailab_generation_inter_token_seconds", "Time between two tokens of one request",
-                             buckets=TOKEN_BUCKETS, registry=r)
-        self.e2e = Histogram("ailab_generation_e2e_seconds", "Time from a generation request's arrival to its end",
-                             buckets=E2E_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "ailab_generation_ttft_seconds",
+            "Time from a generation request's arrival to its first token",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "ailab_generation_inter_token_seconds",
+            "Time between two tokens of one request",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "ailab_generation_e2e_seconds",
+            "Time from a generation request's arrival to its end",
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
         self.tokens = Counter("ailab_generation_tokens", "Tokens generated", registry=r)
         self.prompt_tokens = Counter("ailab_generation_prompt_tokens", "Prompt tokens taken in", registry=r)
-        self.requests = Counter("ailab_generation_requests", "Generation requests ended, by finish reason",
-                                ["reason"], registry=r)
+        self.requests = Counter(
+            "ailab_generation_requests", "Generation requests ended, by finish reason", ["reason"], registry=r
+        )
         # What the engine thread did with its time: steps taken and the seconds inside them (the rest it waited
         # for work), and the sequences each step decoded. `ailab bench generation-serve` reads these to say where
         # tokens/s goes between the scheduler alone and the scheduler behind HTTP.
         self.steps = Counter("ailab_generation_steps", "Scheduler steps taken", registry=r)
-        self.step_seconds = Counter("ailab_generation_step_seconds", "Seconds the engine thread spent inside steps",
-                                    registry=r)
+        self.step_seconds = Counter(
+            "ailab_generation_step_seconds", "Seconds the engine thread spent inside steps", registry=r
+        )
         self.decoded = Counter("ailab_generation_decoded_sequences", "Sequences decoded, summed over steps", registry=r)
         Gauge("ailab_generation_running", "Sequences running", registry=r).set_function(lambda: engine.running)
-        Gauge("ailab_generation_waiting", "Sequences waiting for blocks or a seat",
-              registry=r).set_function(lambda: engine.waiting)
+        Gauge("ailab_generation_waiting", "Sequences waiting for blocks or a seat", registry=r).set_function(
+            lambda: engine.waiting
+        )
         Gauge("ailab_kv_blocks_used", "KV blocks held by sequences", registry=r).set_function(
-            lambda: engine.blocks_total - engine.blocks_free)
+            lambda: engine.blocks_total - engine.blocks_free
+        )
         Gauge("ailab_kv_blocks_free", "KV blocks free", registry=r).set_function(lambda: engine.blocks_free)
 
 
 class GenerationEngine:
-    def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_running: int = 8,
-                 max_waiting: int = 64, name: str = "ailab-gpt", warmup: bool = True, threads: int | None = None,
-                 process: bool = False, start_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        model,
+        num_blocks: int = 256,
+        block_size: int = 16,
+        max_running: int = 8,
+        max_waiting: int = 64,
+        name: str = "ailab-gpt",
+        warmup: bool = True,
+        threads: int | None = None,
+        process: bool = False,
+        start_timeout_s: float = 300.0,
+    ):
         """`model`: a Decoder (the core runs in a thread of this process), or with `process` a picklable callable
         that builds one (the core runs in a process of its own, which builds it). `threads`: torch's intra-op
         threads for the core alone (None: torch's default)."""
         self.name, self.threads, self.process = name, threads, process
         self.max_waiting, self.blocks_total = max_waiting, num_blocks
-        self.max_request_tokens = num_blocks * block_size   # a request longer than the whole pool can never run
+        self.max_request_tokens = num_blocks * block_size  # a request longer than the whole pool can never run
         # read from any thread (gauges, tests); written after each step
         self.running, self.waiting, self.blocks_free = 0, 0, num_blocks
         self.metrics: GenerationMetrics | None = None
         self.dead_reason: str | None = None
         self.ready = threading.Event()
-        self.core: EngineCore | None = None          # the core itself, when it runs in a thread here
+        self.core: EngineCore | None = None  # the core itself, when it runs in a thread here
         self._streams: dict[int, GenerationStream] = {}
         self._ids = itertools.count()
         self._closed = False
         core_kw = {"num_blocks": num_blocks, "block_size": block_size, "max_running": max_running, "warmup": warmup}
         if process:
-            self.max_model_len = self.vocab_size = None      # the core process reports them once the model is built
+            self.max_model_len = self.vocab_size = None  # the core process reports them once the model is built
             self._start_process(model, core_kw)
             if not self.ready.wait(start_timeout_s) or self.dead_reason:
                 self.close()
@@ -114,8 +143,9 @@ class GenerationEngine:
             self.max_model_len, self.vocab_size = model.max_positions, model.vocab_size
             self._inbox: queue.SimpleQueue = queue.SimpleQueue()
             self._wake = threading.Event()
-            self._thread = threading.Thread(target=self._thread_main, args=(model, core_kw), name="ailab-generation",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._thread_main, args=(model, core_kw), name="ailab-generation", daemon=True
+            )
             self._thread.start()
 
     @property
@@ -132,20 +162,33 @@ class GenerationEngine:
         """Requests held by the engine (submitted and not yet ended): 0 once every request has left."""
         return len(self._streams)
 
-    def submit(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-               seed: int | None = None, stops: list[bytes] = (), incremental: bool = True) -> GenerationStream:
+    def submit(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stops: list[bytes] = (),
+        incremental: bool = True,
+    ) -> GenerationStream:
         """Queue a request (call on the event loop); ServerBusy when the waiting line is full or the core is gone."""
         if self.dead_reason is not None:
             raise ServerBusy(f"the generation engine has stopped ({self.dead_reason}); the server needs a restart")
-        queued = len(self._streams) - self.running            # waiting in the core, or on their way to it
+        queued = len(self._streams) - self.running  # waiting in the core, or on their way to it
         if queued >= self.max_waiting:
-            raise ServerBusy(f"the server is busy: {queued} generation requests are waiting (the limit is "
-                             f"{self.max_waiting}); retry later")
-        stream = GenerationStream(next(self._ids), len(prompt), asyncio.Queue(), asyncio.get_running_loop(),
-                                  incremental)
+            raise ServerBusy(
+                f"the server is busy: {queued} generation requests are waiting (the limit is "
+                f"{self.max_waiting}); retry later"
+            )
+        stream = GenerationStream(
+            next(self._ids), len(prompt), asyncio.Queue(), asyncio.get_running_loop(), incremental
+        )
         self._streams[stream.id] = stream
-        self._command("submit", Submit(stream.id, list(prompt), max_new_tokens, temperature, top_p, seed,
-                                       tuple(stops), incremental))
+        self._command(
+            "submit",
+            Submit(stream.id, list(prompt), max_new_tokens, temperature, top_p, seed, tuple(stops), incremental),
+        )
         return stream
 
     def cancel(self, stream: GenerationStream) -> None:
@@ -180,7 +223,7 @@ class GenerationEngine:
             if self.threads:
                 import torch
 
-                torch.set_num_threads(self.threads)      # this thread's OpenMP team (see server/model_thread.py)
+                torch.set_num_threads(self.threads)  # this thread's OpenMP team (see server/model_thread.py)
             self.core = EngineCore(model, **core_kw)
             self.ready.set()
 
@@ -200,12 +243,16 @@ class GenerationEngine:
     def _start_process(self, factory, core_kw: dict) -> None:
         import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")     # a fresh interpreter: no fork of torch's threads
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no fork of torch's threads
         self._commands, child_commands = ctx.Pipe(duplex=False)[::-1]
         child_outputs, self._outputs = ctx.Pipe(duplex=False)[::-1]
         self._send_lock = threading.Lock()
-        self._proc = ctx.Process(target=core_process_main, args=(child_commands, child_outputs, factory, core_kw,
-                                                                 self.threads), name="ailab-engine-core", daemon=True)
+        self._proc = ctx.Process(
+            target=core_process_main,
+            args=(child_commands, child_outputs, factory, core_kw, self.threads),
+            name="ailab-engine-core",
+            daemon=True,
+        )
         self._proc.start()
         child_commands.close()
         child_outputs.close()
@@ -264,7 +311,7 @@ class GenerationEngine:
             if reason is not None:
                 del self._streams[rid]
                 self._count_end(stream, reason)
-                if reason == "cancelled":            # nobody is listening any more
+                if reason == "cancelled":  # nobody is listening any more
                     continue
             if tokens or reason:
                 by_loop[stream.loop].append((stream, Update(tokens, reason)))
@@ -285,7 +332,7 @@ def _send(by_loop: dict) -> None:
     for loop, items in by_loop.items():
         try:
             loop.call_soon_threadsafe(_hand_over, items)
-        except RuntimeError:      # that loop has closed (its server stopped): nobody to tell
+        except RuntimeError:  # that loop has closed (its server stopped): nobody to tell
             pass
 
 

@@ -4,6 +4,7 @@ Metric names follow Prometheus conventions (unit suffixes, _total for counters).
 its own CollectorRegistry, so several servers in one process (tests, notebooks) do not collide.
 Logs carry a request id, the input length and a SHA-256 prefix - never the text itself.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,34 +31,55 @@ class ServerMetrics:
         self.registry = r = CollectorRegistry()
         # Every route, the probes included, under its own label (the route's template, or "unmatched"): the SLO
         # alerts in monitoring/alerts.yml pick the routes they are about.
-        self.requests = Counter("ailab_requests", "Requests answered, by route and HTTP status", ["route", "status"],
-                                registry=r)
-        self.latency = Histogram("ailab_request_latency_seconds", "Time from request read to answer, by route",
-                                 ["route"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_wait = Histogram("ailab_queue_wait_seconds", "Time a text waited in the batcher queue",
-                                    buckets=LATENCY_BUCKETS, registry=r)
-        self.batch_compute = Histogram("ailab_batch_compute_seconds", "Time to compute one batch on the worker",
-                                       buckets=LATENCY_BUCKETS, registry=r)
-        self.stage = Histogram("ailab_batch_stage_seconds", "Time one batch spent in each stage of the model "
-                               "(tokenize, forward, postprocess)", ["model", "stage"], buckets=LATENCY_BUCKETS,
-                               registry=r)
+        self.requests = Counter(
+            "ailab_requests", "Requests answered, by route and HTTP status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "ailab_request_latency_seconds",
+            "Time from request read to answer, by route",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "ailab_queue_wait_seconds", "Time a text waited in the batcher queue", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.batch_compute = Histogram(
+            "ailab_batch_compute_seconds",
+            "Time to compute one batch on the worker",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stage = Histogram(
+            "ailab_batch_stage_seconds",
+            "Time one batch spent in each stage of the model (tokenize, forward, postprocess)",
+            ["model", "stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.batch_size = Histogram("ailab_batch_size", "Texts per batch", buckets=BATCH_BUCKETS, registry=r)
         self.inputs = Counter("ailab_inputs", "Texts received", registry=r)
         self.truncated = Counter("ailab_inputs_truncated", "Texts cut to the model's maximum length", registry=r)
         self.degraded = Counter("ailab_degraded", "Requests answered with the fallback", registry=r)
-        self.model_load = Gauge("ailab_model_load_seconds", "Seconds to load (not warm) each model", ["model"],
-                                registry=r)
+        self.model_load = Gauge(
+            "ailab_model_load_seconds", "Seconds to load (not warm) each model", ["model"], registry=r
+        )
         self.model_warmup = Gauge("ailab_model_warmup_seconds", "Seconds to warm up each model", ["model"], registry=r)
-        self.engine = Gauge("ailab_model_engine_info", "The engine each loaded model runs on (1); with engine auto, "
-                            "the variant measured fastest here at start-up", ["model", "engine", "asked"], registry=r)
+        self.engine = Gauge(
+            "ailab_model_engine_info",
+            "The engine each loaded model runs on (1); with engine auto, the variant measured fastest here at start-up",
+            ["model", "engine", "asked"],
+            registry=r,
+        )
         Gauge("ailab_in_flight", "Requests being handled now", registry=r).set_function(in_flight)
         Gauge("ailab_queue_depth", "Texts waiting in the batcher queues", registry=r).set_function(queue_depth)
         Gauge("ailab_queue_capacity", "Most texts the queues accept", registry=r).set_function(queue_capacity)
         Gauge("ailab_models_loaded", "Models in memory", registry=r).set_function(models_loaded)
-        Gauge("ailab_process_resident_memory_bytes", "Resident memory of the server process",
-              registry=r).set_function(rss_bytes)
+        Gauge("ailab_process_resident_memory_bytes", "Resident memory of the server process", registry=r).set_function(
+            rss_bytes
+        )
         self._done = deque()  # completion times, for recent QPS
-        self._children: dict = {}   # (route, status) -> (counter child, histogram child): labels() costs a lock
+        self._children: dict = {}  # (route, status) -> (counter child, histogram child): labels() costs a lock
 
     def on_model_loaded(self, entry) -> None:
         """The registry calls this once a model is loaded and warmed: its load and warm-up seconds, its engine,
@@ -85,13 +107,16 @@ class ServerMetrics:
             children["tokenize"].observe(t.tokenize_ms / 1e3)
             children["forward"].observe(t.forward_ms / 1e3)
             children["postprocess"].observe(t.postprocess_ms / 1e3)
+
         return observe
 
     def on_request(self, status: int, seconds: float, route: str) -> None:
         children = self._children.get((route, status))
         if children is None:
-            children = self._children[(route, status)] = (self.requests.labels(route, str(status)),
-                                                          self.latency.labels(route))
+            children = self._children[(route, status)] = (
+                self.requests.labels(route, str(status)),
+                self.latency.labels(route),
+            )
         children[0].inc()
         children[1].observe(seconds)
         now = time.monotonic()
@@ -128,16 +153,25 @@ def input_fingerprint(texts: list[str]) -> str:
 
 def text_fields(texts: list[str]) -> dict:
     """What a log line may say about texts: how many, how long, a fingerprint. Never the texts."""
-    return {"n_inputs": len(texts), "input_chars": sum(len(t) for t in texts),
-            "input_sha256_prefix": input_fingerprint(texts)}
+    return {
+        "n_inputs": len(texts),
+        "input_chars": sum(len(t) for t in texts),
+        "input_sha256_prefix": input_fingerprint(texts),
+    }
 
 
 def log_request(request_id: str, status: int, seconds: float, route: str, method: str, fields: dict) -> None:
     """One JSON line per request, written by the serving edge (server/edge.py) with what the handler noted."""
     if not ACCESS_LOG.isEnabledFor(logging.INFO):
         return
-    entry = {"request_id": request_id, "route": route, "method": method, "status": status,
-             "latency_ms": round(seconds * 1e3, 2), **fields}
+    entry = {
+        "request_id": request_id,
+        "route": route,
+        "method": method,
+        "status": status,
+        "latency_ms": round(seconds * 1e3, 2),
+        **fields,
+    }
     if isinstance(entry.get("error"), str):
         entry["error"] = entry["error"][:200]
     ACCESS_LOG.info("request", extra={"fields": entry})

@@ -10,6 +10,7 @@ sleeping ones do better (a 2-core box measured 87 -> 100 ms idle, 300-415 -> 177
 
     python -m ailab.server.model_thread     # the first probe in a fresh process, as JSON
 """
+
 from __future__ import annotations
 
 import gc
@@ -43,24 +44,31 @@ def second_thread_probe(n_texts: int = 32, rounds: int = 9) -> dict:
     model_thread = ThreadPoolExecutor(max_workers=1)
     predictor = model_thread.submit(sentiment_predictor).result()
     on_model_thread = lambda: model_thread.submit(predictor, texts).result()  # noqa: E731
-    on_model_thread()                                                # warm-up, excluded
+    on_model_thread()  # warm-up, excluded
     alone = _median_ms(on_model_thread, rounds)
-    with ThreadPoolExecutor(max_workers=1) as other:                 # a thread that lives on, idle, like
-        other.submit(predictor, texts).result()                      # asyncio.to_thread's: it runs one batch,
-        after = _median_ms(on_model_thread, rounds)                  # and its OpenMP team stays while it lives
+    with ThreadPoolExecutor(max_workers=1) as other:  # a thread that lives on, idle, like
+        other.submit(predictor, texts).result()  # asyncio.to_thread's: it runs one batch,
+        after = _median_ms(on_model_thread, rounds)  # and its OpenMP team stays while it lives
     model_thread.shutdown()
     threads = torch.get_num_threads()
-    return {"batch": n_texts, "torch_threads": threads, "one_thread_ms": round(alone, 1),
-            "after_a_second_thread_ms": round(after, 1),
-            # where the effect is expected: libgomp (Linux wheels), a CPU model, and two teams over the core count
-            "oversubscribed": sys.platform == "linux" and predictor.clf.device == "cpu"
-                              and 2 * threads > (os.cpu_count() or 1)}
+    return {
+        "batch": n_texts,
+        "torch_threads": threads,
+        "one_thread_ms": round(alone, 1),
+        "after_a_second_thread_ms": round(after, 1),
+        # where the effect is expected: libgomp (Linux wheels), a CPU model, and two teams over the core count
+        "oversubscribed": sys.platform == "linux"
+        and predictor.clf.device == "cpu"
+        and 2 * threads > (os.cpu_count() or 1),
+    }
 
 
 def second_thread_probe_in_child(n_texts: int = 32, rounds: int = 9, timeout_s: float = 300.0) -> dict:
     """second_thread_probe() in a fresh Python process: one whose threads have never run torch."""
-    code = (f"import json; from ailab.server.model_thread import second_thread_probe; "
-            f"print(json.dumps(second_thread_probe({int(n_texts)}, {int(rounds)})))")
+    code = (
+        f"import json; from ailab.server.model_thread import second_thread_probe; "
+        f"print(json.dumps(second_thread_probe({int(n_texts)}, {int(rounds)})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
     if out.returncode != 0:
         raise RuntimeError(f"the probe's process failed (exit {out.returncode}): {out.stderr[-800:]}")

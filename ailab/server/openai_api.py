@@ -11,6 +11,7 @@ A client that leaves cancels its request: the stream's generator is closed when 
 at once. Parameters are checked in openai_protocol.py; auth, request ids and error bodies are the serving
 edge's (edge.py), which answers these routes' errors in OpenAI's shape.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,16 @@ import ailab.server.headers as hdr
 from ailab.server.edge import note, request_id
 from ailab.server.limits import read_body
 from ailab.server.llm_engine import GenerationEngine, GenerationStream, Update
-from ailab.server.openai_protocol import (GenerationParams, TextAssembler, answer, chunk, now_s, parse_chat,
-                                          parse_completion, usage_chunk)
+from ailab.server.openai_protocol import (
+    GenerationParams,
+    TextAssembler,
+    answer,
+    chunk,
+    now_s,
+    parse_chat,
+    parse_completion,
+    usage_chunk,
+)
 from ailab.server.validation import InvalidRequest, parse_json
 
 router = APIRouter()
@@ -61,14 +70,29 @@ async def chat_completions(request: Request) -> Response:
 async def _serve(request: Request, parse) -> Response:
     engine = _engine(request)
     params = await _params(request, engine, parse)
-    note(request, model=params.model, prompt_tokens=len(params.prompt_ids), max_tokens=params.max_tokens,
-         stream=params.stream)
-    stream = engine.submit(params.prompt_ids, params.max_tokens, params.temperature, params.top_p, params.seed,
-                           params.stops, incremental=params.stream)
+    note(
+        request,
+        model=params.model,
+        prompt_tokens=len(params.prompt_ids),
+        max_tokens=params.max_tokens,
+        stream=params.stream,
+    )
+    stream = engine.submit(
+        params.prompt_ids,
+        params.max_tokens,
+        params.temperature,
+        params.top_p,
+        params.seed,
+        params.stops,
+        incremental=params.stream,
+    )
     rid, created = request_id(request), now_s()
     if params.stream:
-        return StreamingResponse(_events(request, engine, stream, params, rid, created),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            _events(request, engine, stream, params, rid, created),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     return await _whole(request, engine, stream, params, rid, created)
 
 
@@ -89,19 +113,25 @@ async def _client_left(request: Request) -> None:
         pass
 
 
-async def _whole(request: Request, engine: GenerationEngine, stream: GenerationStream, params: GenerationParams,
-                 rid: str, created: int) -> Response:
+async def _whole(
+    request: Request,
+    engine: GenerationEngine,
+    stream: GenerationStream,
+    params: GenerationParams,
+    rid: str,
+    created: int,
+) -> Response:
     left = asyncio.ensure_future(_client_left(request))
     got = asyncio.ensure_future(stream.updates.get())
     try:
         await asyncio.wait({left, got}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         left.cancel()
-    if not got.done():                      # the client went away first: stop generating for nobody
+    if not got.done():  # the client went away first: stop generating for nobody
         got.cancel()
         engine.cancel(stream)
         note(request, finish_reason="cancelled")
-        return Response(status_code=499)    # nobody reads it; the log line says what happened
+        return Response(status_code=499)  # nobody reads it; the log line says what happened
     update: Update = got.result()
     if update.finish_reason == "error":
         raise GenerationFailed(update.error)
@@ -112,15 +142,21 @@ async def _whole(request: Request, engine: GenerationEngine, stream: GenerationS
     return Response(json.dumps(body, ensure_ascii=False).encode(), media_type="application/json")
 
 
-async def _events(request: Request, engine: GenerationEngine, stream: GenerationStream, params: GenerationParams,
-                  rid: str, created: int):
+async def _events(
+    request: Request,
+    engine: GenerationEngine,
+    stream: GenerationStream,
+    params: GenerationParams,
+    rid: str,
+    created: int,
+):
     text, n_completion, finished = TextAssembler(params.stops), 0, False
     try:
         if params.chat:
-            yield _sse(chunk(params, rid, created, None, first=True))   # the role comes first, as OpenAI sends it
+            yield _sse(chunk(params, rid, created, None, first=True))  # the role comes first, as OpenAI sends it
         while True:
             updates = [await stream.updates.get()]
-            while not stream.updates.empty():      # whatever else has come: one chunk for all of it
+            while not stream.updates.empty():  # whatever else has come: one chunk for all of it
                 updates.append(stream.updates.get_nowait())
             tokens = [t for u in updates for t in u.tokens]
             end = next((u for u in updates if u.finish_reason), None)
@@ -144,6 +180,6 @@ async def _events(request: Request, engine: GenerationEngine, stream: Generation
             yield "data: [DONE]\n\n"
             return
     finally:
-        if not finished:                            # the client went away: stop generating and free the blocks
+        if not finished:  # the client went away: stop generating and free the blocks
             engine.cancel(stream)
             note(request, finish_reason="cancelled", completion_tokens=n_completion)

@@ -4,6 +4,7 @@ The predictor runs on the batcher's worker thread and does the whole per-batch j
 tokenize (padding to the longest text in THIS batch), forward, softmax. Tokenizing per batch in
 the worker keeps the event loop free and pays the tokenizer's per-call overhead once per batch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,9 +53,17 @@ class TextClassifierPredictor:
               "reject" fails that text alone with InputTooLongError.
     """
 
-    def __init__(self, clf: TextClassifierRunner, name: str, sha256: str, too_long: str = "truncate",
-                 engine: str = "torch", n_bytes: int = 0, load_seconds: float = 0.0,
-                 engine_choice: dict | None = None):
+    def __init__(
+        self,
+        clf: TextClassifierRunner,
+        name: str,
+        sha256: str,
+        too_long: str = "truncate",
+        engine: str = "torch",
+        n_bytes: int = 0,
+        load_seconds: float = 0.0,
+        engine_choice: dict | None = None,
+    ):
         if too_long not in ("truncate", "reject"):
             raise ValueError(f"too_long={too_long!r}; choose 'truncate' or 'reject'")
         self.clf, self.tokenizer, self.labels, self.max_length = clf, clf.tokenizer, clf.classes, clf.max_length
@@ -76,12 +85,21 @@ class TextClassifierPredictor:
         if self.on_stages is not None:
             self.on_stages(pred.timings)
         # one error per refused text: a shared instance would pile every text's traceback onto one object
-        out: list = [InputTooLongError(f"text has more than {self.max_length} word pieces, the most {self.name} "
-                                       f"takes; shorten it (this server refuses, not truncates)") for _ in texts]
-        for p, i in zip(pred.probs, pred.kept):                          # p: (C,)
+        out: list = [
+            InputTooLongError(
+                f"text has more than {self.max_length} word pieces, the most {self.name} "
+                f"takes; shorten it (this server refuses, not truncates)"
+            )
+            for _ in texts
+        ]
+        for p, i in zip(pred.probs, pred.kept):  # p: (C,)
             k = int(p.argmax())
-            out[i] = {"label": self.labels[k], "score": round(float(p[k]), 6),
-                      "probs": [round(float(x), 6) for x in p], "truncated": pred.truncated[i]}
+            out[i] = {
+                "label": self.labels[k],
+                "score": round(float(p[k]), 6),
+                "probs": [round(float(x), 6) for x in p],
+                "truncated": pred.truncated[i],
+            }
         return out
 
     def warmup(self, max_batch_size: int = 32) -> float:
@@ -112,8 +130,9 @@ def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncat
     torch.manual_seed(seed)
     model = SentimentClassifier(enc.model, nn.Linear(enc.model.config.hidden_size, 2)).eval()
     clf = torch_classifier(model, enc.tokenizer, max_length, ["negative", "positive"])
-    return TextClassifierPredictor(clf, f"tiny-seed{seed}", state_sha256(model), too_long, "torch",
-                                   param_bytes(model), time.perf_counter() - t0)
+    return TextClassifierPredictor(
+        clf, f"tiny-seed{seed}", state_sha256(model), too_long, "torch", param_bytes(model), time.perf_counter() - t0
+    )
 
 
 ENGINES = ("torch", "onnx", "int8", "auto")
@@ -126,8 +145,9 @@ def engine_choices() -> list[str]:
     return [*ENGINES, *VARIANTS]
 
 
-def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: str = "truncate",
-                        trained=None, threads: int | None = None) -> TextClassifierPredictor:
+def sentiment_predictor(
+    engine: str = "torch", max_length: int = 64, too_long: str = "truncate", trained=None, threads: int | None = None
+) -> TextClassifierPredictor:
     """The course's MiniLM sentiment classifier on engine torch (fp32), onnx (fp32), int8 (ONNX dynamic INT8),
     auto (the fastest variant on this machine that passes the accuracy gate, measured now: ailab.variants)
     or any variant named in ailab.variants.VARIANTS."""
@@ -143,8 +163,9 @@ def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: s
     choice = None
     if engine == "torch":
         clf = torch_classifier(model, tok, max_length, classes)
-        return TextClassifierPredictor(clf, "minilm-sentiment", state_sha256(model), too_long, engine,
-                                       param_bytes(model), time.perf_counter() - t0)
+        return TextClassifierPredictor(
+            clf, "minilm-sentiment", state_sha256(model), too_long, engine, param_bytes(model), time.perf_counter() - t0
+        )
     from ailab.variants import auto_choice, build_variants
 
     if engine == "auto":
@@ -160,5 +181,6 @@ def sentiment_predictor(engine: str = "torch", max_length: int = 64, too_long: s
 
         sha, n_bytes = sha256_of(variant.path), variant.runner.size_bytes
     label = engine if engine in ("onnx", "int8") else variant.name
-    return TextClassifierPredictor(clf, "minilm-sentiment", sha, too_long, label, n_bytes, time.perf_counter() - t0,
-                                   choice)
+    return TextClassifierPredictor(
+        clf, "minilm-sentiment", sha, too_long, label, n_bytes, time.perf_counter() - t0, choice
+    )

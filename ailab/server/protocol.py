@@ -10,6 +10,7 @@ that 400 instead of a dropped connection.
 
     uvicorn.Config(app, http=JsonErrorsProtocol)      # what start_in_thread does
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 _REQUEST_LINE = re.compile(rb"(?:^|\n)([A-Z]{1,20} [^ \r\n]* HTTP/)")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_KEEP = 8192    # bytes of the latest input kept to explain a refusal (a request head rarely needs more)
+_KEEP = 8192  # bytes of the latest input kept to explain a refusal (a request head rarely needs more)
 
 
 def _name(raw: bytes) -> str:
@@ -34,7 +35,7 @@ def _show(raw: bytes) -> str:
 def diagnose(data: bytes) -> str:
     """What is wrong with the last request head in `data`, in words; best effort, never raises."""
     starts = [m.start(1) for m in _REQUEST_LINE.finditer(data)]
-    head = data[starts[-1]:] if starts else data
+    head = data[starts[-1] :] if starts else data
     head = re.split(rb"\r?\n\r?\n", head, maxsplit=1)[0]
     lines = re.split(rb"\r?\n", head)
     if not starts:
@@ -69,7 +70,7 @@ class JsonErrors:
         self._seen = (self._seen + data)[-_KEEP:]
         try:
             super().data_received(data)
-        except ValueError:     # h11: int() of a Content-Length over Python's digit limit
+        except ValueError:  # h11: int() of a Content-Length over Python's digit limit
             self.send_400_response("Invalid HTTP request received.")
 
     def send_400_response(self, msg: str) -> None:
@@ -81,8 +82,12 @@ class JsonErrors:
         head = [b"HTTP/1.1 400 Bad Request\r\n"]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
-        head += [b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(),
-                 b"\r\nconnection: close\r\n\r\n", body]
+        head += [
+            b"content-type: application/json\r\ncontent-length: ",
+            str(len(body)).encode(),
+            b"\r\nconnection: close\r\n\r\n",
+            body,
+        ]
         if not self.transport.is_closing():
             self.transport.write(b"".join(head))
         self.transport.close()

@@ -17,6 +17,7 @@ Two rules keep a replica honest:
 
 Ray binds 127.0.0.1 unless told otherwise; an API key still guards /metrics, /v1/models and /admin.
 """
+
 from __future__ import annotations
 
 import socket
@@ -39,10 +40,18 @@ def replica_problem(state) -> str | None:
     return f"batcher collector dead ({'; '.join(dead)})" if dead else None
 
 
-def deployment(models: dict[str, Callable] | None = None, default_model: str | None = None,
-               config: ServerConfig | None = None, replicas: int = 1, autoscaling: dict | None = None,
-               num_cpus: float = 1, max_ongoing_requests: int = 256, health_check_period_s: float = 2.0,
-               name: str = "ailab", ready_before_routed: bool = True):
+def deployment(
+    models: dict[str, Callable] | None = None,
+    default_model: str | None = None,
+    config: ServerConfig | None = None,
+    replicas: int = 1,
+    autoscaling: dict | None = None,
+    num_cpus: float = 1,
+    max_ongoing_requests: int = 256,
+    health_check_period_s: float = 2.0,
+    name: str = "ailab",
+    ready_before_routed: bool = True,
+):
     """A Ray Serve deployment whose every replica runs create_app(models, default_model, config).
 
     models: name -> loader, as for create_app (default: the MiniLM sentiment classifier). The loaders are
@@ -60,9 +69,13 @@ def deployment(models: dict[str, Callable] | None = None, default_model: str | N
 
         return create_app(models, default_model, config=config)
 
-    options: dict = {"name": name, "max_ongoing_requests": max_ongoing_requests,
-                     "health_check_period_s": health_check_period_s, "health_check_timeout_s": 10.0,
-                     "ray_actor_options": {"num_cpus": num_cpus}}
+    options: dict = {
+        "name": name,
+        "max_ongoing_requests": max_ongoing_requests,
+        "health_check_period_s": health_check_period_s,
+        "health_check_timeout_s": 10.0,
+        "ray_actor_options": {"num_cpus": num_cpus},
+    }
     if autoscaling:
         options["autoscaling_config"] = autoscaling
     else:
@@ -121,8 +134,16 @@ class RayCluster:
     raylet per node, each with `cpus_per_node` logical CPUs), so replicas can be placed on different nodes.
     """
 
-    def __init__(self, bound_app, nodes: int = 1, cpus_per_node: float = 2, port: int | None = None,
-                 app_name: str = "ailab", route_prefix: str = "/", ready_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        bound_app,
+        nodes: int = 1,
+        cpus_per_node: float = 2,
+        port: int | None = None,
+        app_name: str = "ailab",
+        route_prefix: str = "/",
+        ready_timeout_s: float = 300.0,
+    ):
         import ray
         from ray import serve
 
@@ -132,15 +153,28 @@ class RayCluster:
         if nodes > 1:
             from ray.cluster_utils import Cluster
 
-            self.cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": cpus_per_node, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args={"num_cpus": cpus_per_node, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
+            )
             for _ in range(nodes - 1):
                 self.cluster.add_node(num_cpus=cpus_per_node, node_ip_address="127.0.0.1")
-            ray.init(address=self.cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False,
-                     configure_logging=False, namespace="ailab")
+            ray.init(
+                address=self.cluster.address,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+                configure_logging=False,
+                namespace="ailab",
+            )
         else:
-            ray.init(num_cpus=cpus_per_node, include_dashboard=False, _node_ip_address="127.0.0.1",
-                     log_to_driver=False, configure_logging=False, namespace="ailab")
+            ray.init(
+                num_cpus=cpus_per_node,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+                configure_logging=False,
+                namespace="ailab",
+            )
         if port is None:  # a port nothing listens on now (ailab.services sits above this layer)
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
@@ -204,7 +238,7 @@ class RayCluster:
             asyncio.get_running_loop()
         except RuntimeError:
             pass
-        else:   # Serve's blocking result() refuses a thread that runs an event loop (a notebook's): ask from another
+        else:  # Serve's blocking result() refuses a thread that runs an event loop (a notebook's): ask from another
             with ThreadPoolExecutor(1) as pool:
                 return pool.submit(self.placement, calls, deployment_name, timeout_s).result()
         handle = serve.get_deployment_handle(deployment_name, app_name=self.app_name)
@@ -219,10 +253,10 @@ class RayCluster:
                     info = response.result(timeout_s=left)
                     seen[info["replica"]] = info
                 except TimeoutError:
-                    response.cancel()   # a replica that died, a long queue or a cluster going down
+                    response.cancel()  # a replica that died, a long queue or a cluster going down
             if len(seen) >= self.running_replicas() or time.monotonic() >= deadline:
                 return sorted(seen.values(), key=lambda r: r["replica"])
-            time.sleep(0.2)             # let the router learn of the replicas it has not used yet
+            time.sleep(0.2)  # let the router learn of the replicas it has not used yet
 
     def stop(self) -> None:
         import ray

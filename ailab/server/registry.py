@@ -9,6 +9,7 @@ the new version is assumed to be the old one's size and other models are evicted
 if old + new cannot fit even alone, the swap is refused (SwapRefusedError, HTTP 409) and the old
 version keeps serving. Loads that run meanwhile count the reservation too.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,10 +58,17 @@ class LoadedModel:
         return int(getattr(self.predictor, "n_bytes", 0))
 
     def describe(self) -> dict:
-        return {"name": self.name, "model": self.predictor.name, "sha256": self.sha256, "version": self.version,
-                "engine": getattr(self.predictor, "engine", "?"), "bytes": self.n_bytes,
-                "load_seconds": round(self.load_seconds, 3), "warmup_seconds": round(self.warmup_seconds, 3),
-                "queue_depth": self.batcher.queue_depth}
+        return {
+            "name": self.name,
+            "model": self.predictor.name,
+            "sha256": self.sha256,
+            "version": self.version,
+            "engine": getattr(self.predictor, "engine", "?"),
+            "bytes": self.n_bytes,
+            "load_seconds": round(self.load_seconds, 3),
+            "warmup_seconds": round(self.warmup_seconds, 3),
+            "queue_depth": self.batcher.queue_depth,
+        }
 
 
 def _worker_init(threads: int | None):
@@ -69,16 +77,27 @@ def _worker_init(threads: int | None):
             import torch
 
             torch.set_num_threads(threads)  # intra-op threads of THIS (the model's) thread
+
     return init
 
 
 class ModelRegistry:
     """name -> loader() -> predictor. `max_models` and `max_bytes` bound what stays loaded."""
 
-    def __init__(self, loaders: dict[str, Callable[[], object]], default: str, max_models: int = 2,
-                 max_bytes: int | None = None, batcher_kwargs: dict | None = None, torch_threads: int | None = None,
-                 on_batch=None, on_load=None, warmup: bool = True, freeze_gc: bool = False):
-        if (loaders or default is not None) and default not in loaders:   # none at all: a generation-only server
+    def __init__(
+        self,
+        loaders: dict[str, Callable[[], object]],
+        default: str,
+        max_models: int = 2,
+        max_bytes: int | None = None,
+        batcher_kwargs: dict | None = None,
+        torch_threads: int | None = None,
+        on_batch=None,
+        on_load=None,
+        warmup: bool = True,
+        freeze_gc: bool = False,
+    ):
+        if (loaders or default is not None) and default not in loaders:  # none at all: a generation-only server
             raise ValueError(f"default model {default!r} is not among the loaders {sorted(loaders)}")
         if max_models < 1:
             raise ValueError(f"max_models must be at least 1 (got {max_models})")
@@ -92,8 +111,8 @@ class ModelRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._versions: dict[str, int] = {}
         self._closing: set = set()
-        self._failed: dict[str, tuple[float, ModelLoadError]] = {}   # name -> (when, error): no reload storm
-        self._reserved = 0                  # bytes of new versions being loaded by a swap, beside their old one
+        self._failed: dict[str, tuple[float, ModelLoadError]] = {}  # name -> (when, error): no reload storm
+        self._reserved = 0  # bytes of new versions being loaded by a swap, beside their old one
         self.retry_load_s = 10.0
 
     def names(self) -> list[str]:
@@ -103,18 +122,20 @@ class ModelRegistry:
         """The loaded model for `name` (default if None), loading it first if needed."""
         name = name or self.default
         if not self.loaders:
-            raise UnknownModelError("this server serves no classification model; it generates text "
-                                    "(POST /v1/completions or /v1/chat/completions)")
+            raise UnknownModelError(
+                "this server serves no classification model; it generates text "
+                "(POST /v1/completions or /v1/chat/completions)"
+            )
         if name not in self.loaders:
             raise UnknownModelError(f"unknown model {name!r}; this server has {self.names()}")
         entry = self.loaded.get(name)
         if entry is None:
             lock = self._locks.setdefault(name, asyncio.Lock())
-            async with lock:                       # two first requests must not load it twice
+            async with lock:  # two first requests must not load it twice
                 entry = self.loaded.get(name)
                 failed = self._failed.get(name)
                 if entry is None and failed and time.monotonic() - failed[0] < self.retry_load_s:
-                    raise failed[1]                # a broken model is retried every retry_load_s, not per request
+                    raise failed[1]  # a broken model is retried every retry_load_s, not per request
                 if entry is None:
                     try:
                         entry = await self._build(name, self.loaders[name])
@@ -133,8 +154,9 @@ class ModelRegistry:
         # libgomp stops spinning between parallel regions: on an idle 2-core box a batch of 32 MiniLM texts
         # then took 89-97 ms instead of 68. (Beside another busy process spinning costs more than it saves,
         # and OMP_WAIT_POLICY=PASSIVE is the better choice: server/model_thread.py measures both.)
-        model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batcher-{name}-worker",
-                                          initializer=_worker_init(self.torch_threads))
+        model_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"batcher-{name}-worker", initializer=_worker_init(self.torch_threads)
+        )
         t0 = time.perf_counter()
         try:
             predictor = await asyncio.get_running_loop().run_in_executor(model_thread, loader)
@@ -147,12 +169,15 @@ class ModelRegistry:
         if width is not None:
             if not callable(getattr(predictor, "count_tokens", None)):
                 model_thread.shutdown(wait=False)
-                raise ModelLoadError(f"model {name!r} cannot count its word pieces (no count_tokens), so "
-                                     f"length_bucket_tokens={width} cannot bucket its texts; unset it for this model")
+                raise ModelLoadError(
+                    f"model {name!r} cannot count its word pieces (no count_tokens), so "
+                    f"length_bucket_tokens={width} cannot bucket its texts; unset it for this model"
+                )
             kw["bucket_fn"] = length_bucket(width, predictor.count_tokens)
         try:
-            batcher = DynamicBatcher(predictor, on_batch=self.on_batch, name=f"batcher-{name}",
-                                     executor=model_thread, **kw)
+            batcher = DynamicBatcher(
+                predictor, on_batch=self.on_batch, name=f"batcher-{name}", executor=model_thread, **kw
+            )
         except Exception:
             model_thread.shutdown(wait=False)
             raise
@@ -179,6 +204,7 @@ class ModelRegistry:
 
     def _make_room(self, incoming: LoadedModel) -> None:
         """Evict least-recently-used models until `incoming` fits the count and memory budgets."""
+
         def over():
             n = len(self.loaded) + 1
             used = sum(e.n_bytes for e in self.loaded.values()) + incoming.n_bytes + self._reserved
@@ -197,7 +223,8 @@ class ModelRegistry:
         if old.n_bytes + new_bytes + self._reserved > self.max_bytes:
             raise SwapRefusedError(
                 f"model {old.name!r}: old ({old.n_bytes} bytes) and new ({new_bytes} bytes) versions loaded side "
-                f"by side would exceed the memory budget of {self.max_bytes} bytes")
+                f"by side would exceed the memory budget of {self.max_bytes} bytes"
+            )
         others = lambda: [e for e in self.loaded.values() if e is not old]  # noqa: E731
         while sum(e.n_bytes for e in self.loaded.values()) + new_bytes + self._reserved > self.max_bytes:
             victim = min(others(), key=lambda e: e.last_used)
@@ -221,22 +248,22 @@ class ModelRegistry:
             old = self.loaded.get(name)
             guess = old.n_bytes if old is not None else 0
             if old is not None:
-                self._room_for_swap(old, guess)                 # before loading: new assumed as big as old
+                self._room_for_swap(old, guess)  # before loading: new assumed as big as old
             self._reserved += guess
             try:
                 new = await self._build(name, loader, verify=True)  # raises ModelLoadError; old keeps serving
             finally:
                 self._reserved -= guess
-            old = self.loaded.get(name)                         # (an eviction may have taken it meanwhile)
+            old = self.loaded.get(name)  # (an eviction may have taken it meanwhile)
             if old is not None:
                 try:
-                    self._room_for_swap(old, new.n_bytes)       # the real size, known now
+                    self._room_for_swap(old, new.n_bytes)  # the real size, known now
                 except SwapRefusedError:
                     await new.batcher.close(drain=False)
                     raise
             else:
                 self._make_room(new)
-            self.loaded[name] = new                             # the atomic switch
+            self.loaded[name] = new  # the atomic switch
             self.loaders[name] = loader
             if old is not None:
                 self._retire(old)

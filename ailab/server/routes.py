@@ -7,6 +7,7 @@
 Who may call a route, the request id, the error answers, the request metrics and the log are not here: the
 serving edge (server/edge.py) does them for every route. A handler raises; the edge answers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,12 @@ router = APIRouter()
 
 
 def _json(payload: dict, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(json.dumps(payload, ensure_ascii=False).encode(), status_code=status,
-                    media_type="application/json", headers=headers)
+    return Response(
+        json.dumps(payload, ensure_ascii=False).encode(),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
 
 
 async def infer(registry: ModelRegistry, req, deadline: float, priority: int):
@@ -43,14 +48,14 @@ async def infer(registry: ModelRegistry, req, deadline: float, priority: int):
         try:
             if len(req.texts) == 1:
                 return entry, [await b.submit(req.texts[0], priority=priority, deadline=deadline)]
-            if b.room(priority) < len(req.texts):   # all or nothing (total and per-level bounds): no half answers
+            if b.room(priority) < len(req.texts):  # all or nothing (total and per-level bounds): no half answers
                 b.stats.rejected += 1
                 raise QueueFullError(f"{len(req.texts)} texts do not fit in the queue")
             tasks = [asyncio.ensure_future(b.submit(t, priority=priority, deadline=deadline)) for t in req.texts]
             try:
                 return entry, await asyncio.gather(*tasks)
             except BaseException:
-                for t in tasks:                   # one text failed: stop paying for its siblings
+                for t in tasks:  # one text failed: stop paying for its siblings
                     t.cancel()
                 raise
         except BatcherClosedError:
@@ -87,15 +92,23 @@ async def predict(request: Request) -> Response:
                 raise
             note(request, model="fallback", error=f"{type(e).__name__}: {e}")
             metrics.degraded.inc()
-            return _json({"outputs": [dict(config.fallback) for _ in req.texts], "model": "fallback",
-                          "model_sha256": None, "request_id": request_id(request), "degraded": True})
+            return _json(
+                {
+                    "outputs": [dict(config.fallback) for _ in req.texts],
+                    "model": "fallback",
+                    "model_sha256": None,
+                    "request_id": request_id(request),
+                    "degraded": True,
+                }
+            )
         n_trunc = sum(1 for o in outputs if isinstance(o, dict) and o.get("truncated"))
         metrics.inputs.inc(len(outputs))
         if n_trunc:
             metrics.truncated.inc(n_trunc)
         note(request, model=entry.name)
-        return _json({"outputs": outputs, "model": entry.name, "model_sha256": entry.sha256,
-                      "request_id": request_id(request)})
+        return _json(
+            {"outputs": outputs, "model": entry.name, "model_sha256": entry.sha256, "request_id": request_id(request)}
+        )
     finally:
         state.in_flight -= 1
 
@@ -132,14 +145,24 @@ async def healthz(request: Request) -> Response:
     registry = state.registry
     entry = registry.loaded.get(registry.default) if registry.default else None
     generation = state.generation
-    return _json({"status": "ok", "ready": state.ready, "model": entry.predictor.name if entry else None,
-                  "model_sha256": entry.sha256 if entry else None, "engine": getattr(
-                      entry.predictor, "engine", None) if entry else None,
-                  "engine_choice": getattr(entry.predictor, "engine_choice", None) if entry else None,
-                  "models_loaded": sorted(registry.loaded), "generation_model": generation.name if generation else None,
-                  "rss_bytes": state.rss(), "recent_qps": round(state.metrics.recent_qps(), 2),
-                  "in_flight": state.in_flight, "uptime_s": round(time.time() - state.started, 1),
-                  "load_error": state.load_error, "pid": os.getpid()})
+    return _json(
+        {
+            "status": "ok",
+            "ready": state.ready,
+            "model": entry.predictor.name if entry else None,
+            "model_sha256": entry.sha256 if entry else None,
+            "engine": getattr(entry.predictor, "engine", None) if entry else None,
+            "engine_choice": getattr(entry.predictor, "engine_choice", None) if entry else None,
+            "models_loaded": sorted(registry.loaded),
+            "generation_model": generation.name if generation else None,
+            "rss_bytes": state.rss(),
+            "recent_qps": round(state.metrics.recent_qps(), 2),
+            "in_flight": state.in_flight,
+            "uptime_s": round(time.time() - state.started, 1),
+            "load_error": state.load_error,
+            "pid": os.getpid(),
+        }
+    )
 
 
 @router.get("/readyz")
@@ -147,14 +170,18 @@ async def readyz(request: Request) -> Response:
     state: ServerState = request.app.state.ailab
     # A loaded model whose batcher's collector died answers nothing: take this replica out of
     # rotation (503) and say why, instead of passing probes while every request fails.
-    dead = [f"model {name!r}: {e.batcher.dead_reason}" for name, e in state.registry.loaded.items()
-            if not e.batcher.healthy]
+    dead = [
+        f"model {name!r}: {e.batcher.dead_reason}" for name, e in state.registry.loaded.items() if not e.batcher.healthy
+    ]
     if state.generation is not None and not state.generation.healthy:
         dead.append(f"generation: {state.generation.dead_reason}")
     if state.ready and not dead:
         return _json({"ready": True, "model": state.registry.default or getattr(state.generation, "name", None)})
-    reason = ("; ".join(dead) + " (restart the server or swap the model)" if dead
-              else state.load_error or "the model is still loading and warming up")
+    reason = (
+        "; ".join(dead) + " (restart the server or swap the model)"
+        if dead
+        else state.load_error or "the model is still loading and warming up"
+    )
     if not authorised(request):
         reason = "not ready (the reason is given to callers with the API key)"
     return _json({"ready": False, "reason": reason}, 503, {"Retry-After": str(state.config.retry_after_s)})
@@ -172,13 +199,32 @@ async def list_models(request: Request) -> Response:
     classifiers, each with its task), and ailab's registry beside it (what is loaded, the default, evictions)."""
     state: ServerState = request.app.state.ailab
     registry, created = state.registry, int(state.started)
-    data = [{"id": name, "object": "model", "created": created, "owned_by": "ailab", "task": "classify"}
-            for name in registry.names()]
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "ailab", "task": "classify"}
+        for name in registry.names()
+    ]
     if state.generation is not None:
-        data.insert(0, {"id": state.generation.name, "object": "model", "created": created, "owned_by": "ailab",
-                        "task": "generate", "max_model_len": state.generation.max_model_len})
-    return _json({"object": "list", "data": data, "registered": registry.names(), "default": registry.default,
-                  "loaded": [e.describe() for e in registry.loaded.values()], "evictions": registry.evictions})
+        data.insert(
+            0,
+            {
+                "id": state.generation.name,
+                "object": "model",
+                "created": created,
+                "owned_by": "ailab",
+                "task": "generate",
+                "max_model_len": state.generation.max_model_len,
+            },
+        )
+    return _json(
+        {
+            "object": "list",
+            "data": data,
+            "registered": registry.names(),
+            "default": registry.default,
+            "loaded": [e.describe() for e in registry.loaded.values()],
+            "evictions": registry.evictions,
+        }
+    )
 
 
 @router.post("/admin/models/{name}/swap")

@@ -6,6 +6,7 @@ before uvicorn starts and two notebooks never fight over port 8000.
 Exposure: a bind to an address other than loopback needs an API key (--api-key or AILAB_API_KEY), or
 the explicit --allow-public-without-key; `ailab serve --host 0.0.0.0` alone exits with a message.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,15 @@ class ServerHandle:
         self.stop()
 
 
-def start_in_thread(app, host: str = "127.0.0.1", port: int = 0, wait_ready: bool = True,
-                    timeout: float = 180.0, log_level: str = "warning",
-                    allow_public_without_key: bool = False) -> ServerHandle:
+def start_in_thread(
+    app,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    wait_ready: bool = True,
+    timeout: float = 180.0,
+    log_level: str = "warning",
+    allow_public_without_key: bool = False,
+) -> ServerHandle:
     """Run `app` under uvicorn in a daemon thread; return once it answers (and /readyz says 200).
     Refuses (ValueError) a non-loopback `host` for an app without an API key unless allow_public_without_key."""
     import httpx
@@ -64,19 +71,24 @@ def start_in_thread(app, host: str = "127.0.0.1", port: int = 0, wait_ready: boo
     from ailab.server.protocol import JsonErrorsProtocol
 
     state = getattr(getattr(app, "state", None), "ailab", None)
-    problem = exposure_problem(host, getattr(getattr(state, "config", None), "api_key", None),
-                               allow_public_without_key)
+    problem = exposure_problem(host, getattr(getattr(state, "config", None), "api_key", None), allow_public_without_key)
     if problem:
         raise ValueError(problem)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
-                            backlog=2048, http=JsonErrorsProtocol)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+        backlog=2048,
+        http=JsonErrorsProtocol,
+    )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                              name=f"uvicorn-{port}")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn-{port}")
     thread.start()
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     handle = ServerHandle(url, server, thread, app)
@@ -110,48 +122,87 @@ def exposure_problem(host: str, api_key: str | None, allow_public_without_key: b
     """Why serving on `host` is refused (None when it is fine): a non-loopback bind needs a key or the flag."""
     if _is_loopback(host) or api_key or allow_public_without_key:
         return None
-    return (f"refusing to bind {host!r} (not loopback) without an API key: anyone who can reach it could use it, "
-            f"and swap models through /admin. Set --api-key KEY (or AILAB_API_KEY), bind 127.0.0.1, or pass "
-            f"--allow-public-without-key if the network is yours (/admin then still answers loopback only)")
+    return (
+        f"refusing to bind {host!r} (not loopback) without an API key: anyone who can reach it could use it, "
+        f"and swap models through /admin. Set --api-key KEY (or AILAB_API_KEY), bind 127.0.0.1, or pass "
+        f"--allow-public-without-key if the network is yours (/admin then still answers loopback only)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of `ailab serve`: where to bind and which engine, then one per ServerConfig field
     (their defaults and bounds live in server/config.py, and AILAB_<FIELD> variables set them too)."""
-    p = argparse.ArgumentParser(prog="ailab serve", description="Serve the MiniLM sentiment classifier over HTTP, or (--generate) a byte-level GPT through OpenAI's completions API. "
-                                "Every setting can also come from an AILAB_<SETTING> environment variable "
-                                "(AILAB_MAX_BATCH_SIZE=8); a flag wins over the variable.")
+    p = argparse.ArgumentParser(
+        prog="ailab serve",
+        description="Serve the MiniLM sentiment classifier over HTTP, or (--generate) a byte-level GPT through OpenAI's completions API. "
+        "Every setting can also come from an AILAB_<SETTING> environment variable "
+        "(AILAB_MAX_BATCH_SIZE=8); a flag wins over the variable.",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
-    p.add_argument("--engine", choices=engine_choices(), default="torch",
-                   help="torch, onnx (FP32), int8 (dynamic INT8), auto (the fastest variant here that passes the "
-                        "accuracy gate, measured at start-up), or one variant of ailab.variants by name")
-    p.add_argument("--allow-public-without-key", action="store_true",
-                   help="allow a non-loopback --host without an API key (otherwise refused)")
+    p.add_argument(
+        "--engine",
+        choices=engine_choices(),
+        default="torch",
+        help="torch, onnx (FP32), int8 (dynamic INT8), auto (the fastest variant here that passes the "
+        "accuracy gate, measured at start-up), or one variant of ailab.variants by name",
+    )
+    p.add_argument(
+        "--allow-public-without-key",
+        action="store_true",
+        help="allow a non-loopback --host without an API key (otherwise refused)",
+    )
     p.add_argument("--fallback-label", default=None, help="answer this label, marked degraded, when no model can serve")
     p.add_argument("--quiet", action="store_true", help="no JSON access log on stderr")
     p.add_argument("--ray", action="store_true", help="serve through Ray Serve: each replica runs this whole app")
     p.add_argument("--replicas", type=int, default=1, help="with --ray: how many replicas (default 1)")
-    p.add_argument("--nodes", type=int, default=1,
-                   help="with --ray: Ray nodes to start on this machine (a test cluster: one raylet each)")
-    p.add_argument("--generate", default=None, metavar="SIZE",
-                   help="serve OpenAI's /v1/completions and /v1/chat/completions with a byte-level tiny_gpt of this "
-                        "size (1m, 8m or 30m): random weights, or those notebook 5.1 trained and saved "
-                        "(--generate-weights). Alone, it serves generation only (no encoder weights needed)")
-    p.add_argument("--classifier", action="store_true",
-                   help="with --generate: serve the sentiment classifier (POST /v1/predict) beside it")
-    p.add_argument("--generation-in-thread", action="store_true",
-                   help="with --generate: run the engine core in a thread of the server's process instead of a "
-                        "process of its own (which keeps the HTTP side's Python off the core's GIL)")
-    p.add_argument("--served-model-name", default=None, metavar="NAME",
-                   help="with --generate: the model name clients send and /v1/models lists (default ailab-gpt-SIZE)")
-    p.add_argument("--generate-weights", default=None, metavar="FILE",
-                   help="with --generate: a .safetensors file written by ailab.generation.train.save_lm")
-    p.add_argument("--generate-sha256", default=None, metavar="HEX",
-                   help="the trusted SHA-256 of --generate-weights (save_lm returns it); a file that differs is refused")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="with --ray: Ray nodes to start on this machine (a test cluster: one raylet each)",
+    )
+    p.add_argument(
+        "--generate",
+        default=None,
+        metavar="SIZE",
+        help="serve OpenAI's /v1/completions and /v1/chat/completions with a byte-level tiny_gpt of this "
+        "size (1m, 8m or 30m): random weights, or those notebook 5.1 trained and saved "
+        "(--generate-weights). Alone, it serves generation only (no encoder weights needed)",
+    )
+    p.add_argument(
+        "--classifier",
+        action="store_true",
+        help="with --generate: serve the sentiment classifier (POST /v1/predict) beside it",
+    )
+    p.add_argument(
+        "--generation-in-thread",
+        action="store_true",
+        help="with --generate: run the engine core in a thread of the server's process instead of a "
+        "process of its own (which keeps the HTTP side's Python off the core's GIL)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        metavar="NAME",
+        help="with --generate: the model name clients send and /v1/models lists (default ailab-gpt-SIZE)",
+    )
+    p.add_argument(
+        "--generate-weights",
+        default=None,
+        metavar="FILE",
+        help="with --generate: a .safetensors file written by ailab.generation.train.save_lm",
+    )
+    p.add_argument(
+        "--generate-sha256",
+        default=None,
+        metavar="HEX",
+        help="the trusted SHA-256 of --generate-weights (save_lm returns it); a file that differs is refused",
+    )
     add_config_flags(p)
-    p.add_argument("--timeout-s", dest="request_timeout_s", type=float, default=None,
-                   help="the same as --request-timeout-s")
+    p.add_argument(
+        "--timeout-s", dest="request_timeout_s", type=float, default=None, help="the same as --request-timeout-s"
+    )
     return p
 
 
@@ -167,16 +218,17 @@ def serve_main(argv: list[str] | None = None) -> int:
         config = config_from_args(args, **extra)
     except ValidationError as e:
         bad = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        print(f"ailab serve: bad setting ({bad}). Check the flag or its AILAB_* environment variable.",
-              file=sys.stderr)
+        print(f"ailab serve: bad setting ({bad}). Check the flag or its AILAB_* environment variable.", file=sys.stderr)
         return 2
     problem = exposure_problem(args.host, config.api_key, args.allow_public_without_key)
     if problem:
         print(f"ailab serve: {problem}", file=sys.stderr)
         return 2
     if not _is_loopback(args.host) and not config.api_key:
-        print(f"warning: binding {args.host} (not loopback) without --api-key: anyone who can reach it can use it",
-              file=sys.stderr)
+        print(
+            f"warning: binding {args.host} (not loopback) without --api-key: anyone who can reach it can use it",
+            file=sys.stderr,
+        )
     if not args.quiet:
         configure_json_logging(sys.stderr)
     from ailab.models import WeightsIntegrityError
@@ -186,8 +238,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError, WeightsIntegrityError) as e:
         print(f"ailab serve: {e}", file=sys.stderr)
         return 2
-    models, default = default_models(args.engine, config.too_long) if generation is None or args.classifier \
-        else ({}, None)
+    models, default = (
+        default_models(args.engine, config.too_long) if generation is None or args.classifier else ({}, None)
+    )
     if args.ray:
         if generation is not None:
             generation.close()
@@ -196,12 +249,16 @@ def serve_main(argv: list[str] | None = None) -> int:
         return _serve_with_ray(args, models, default, config)
     app = create_app(models, default, config, generation=generation)
     print(f"loading the model{'s' if models and generation else ''} ...", file=sys.stderr, flush=True)
-    handle = start_in_thread(app, args.host, args.port, log_level="warning",
-                             allow_public_without_key=args.allow_public_without_key)
-    routes = (["POST /v1/predict"] if models else []) + \
-        ([f"POST /v1/completions /v1/chat/completions (model {generation.name!r})"] if generation else [])
-    print(f"ailab server ready at {handle.url}  ({', '.join(routes)}; GET /v1/models /healthz /readyz /metrics)",
-          flush=True)
+    handle = start_in_thread(
+        app, args.host, args.port, log_level="warning", allow_public_without_key=args.allow_public_without_key
+    )
+    routes = (["POST /v1/predict"] if models else []) + (
+        [f"POST /v1/completions /v1/chat/completions (model {generation.name!r})"] if generation else []
+    )
+    print(
+        f"ailab server ready at {handle.url}  ({', '.join(routes)}; GET /v1/models /healthz /readyz /metrics)",
+        flush=True,
+    )
     signal.signal(signal.SIGTERM, lambda *_: handle.server.__setattr__("should_exit", True))
     try:
         while handle.thread.is_alive():
@@ -216,10 +273,17 @@ def generation_engine(args, threads: int | None = None):
     """The GenerationEngine that --generate asks for, or None. A bad flag raises ValueError; a weights file that
     is missing or differs from its trusted hash, WeightsIntegrityError."""
     if args.generate is None:
-        if args.generate_weights or args.generate_sha256 or args.classifier or args.served_model_name \
-                or args.generation_in_thread:
-            raise ValueError("--generate-weights, --generate-sha256, --classifier, --served-model-name and "
-                             "--generation-in-thread need --generate SIZE (the model's size)")
+        if (
+            args.generate_weights
+            or args.generate_sha256
+            or args.classifier
+            or args.served_model_name
+            or args.generation_in_thread
+        ):
+            raise ValueError(
+                "--generate-weights, --generate-sha256, --classifier, --served-model-name and "
+                "--generation-in-thread need --generate SIZE (the model's size)"
+            )
         return None
     from functools import partial
 
@@ -227,12 +291,13 @@ def generation_engine(args, threads: int | None = None):
     from ailab.server.llm_engine import GenerationEngine
 
     if args.generate_weights and not args.generate_sha256:
-        raise ValueError("--generate-weights needs --generate-sha256 (the hash save_lm returned): an unverified "
-                         "file is never loaded")
+        raise ValueError(
+            "--generate-weights needs --generate-sha256 (the hash save_lm returned): an unverified file is never loaded"
+        )
     if args.generate_weights:
         from ailab.models import verify_file
 
-        verify_file(args.generate_weights, args.generate_sha256)   # refused here, with its words, before any process
+        verify_file(args.generate_weights, args.generate_sha256)  # refused here, with its words, before any process
     factory = partial(generation_model, args.generate, args.generate_weights, args.generate_sha256)
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
     threads = threads or default_core_threads()
@@ -249,15 +314,24 @@ def _serve_with_ray(args, models, default, config) -> int:
         print("ailab serve: --replicas and --nodes must be at least 1", file=sys.stderr)
         return 2
     if not _is_loopback(args.host):
-        print("ailab serve: --ray binds 127.0.0.1 only in this course (Ray's own ports stay on loopback too)",
-              file=sys.stderr)
+        print(
+            "ailab serve: --ray binds 127.0.0.1 only in this course (Ray's own ports stay on loopback too)",
+            file=sys.stderr,
+        )
         return 2
-    print(f"starting Ray ({args.nodes} node(s)) and {args.replicas} replica(s) (engine={args.engine}) ...",
-          file=sys.stderr, flush=True)
-    cluster = RayCluster(deployment(models, default, config, replicas=args.replicas).bind(), nodes=args.nodes,
-                         port=args.port or None)
-    print(f"ailab server on Ray Serve ready at {cluster.url}  ({cluster.running_replicas()} replicas; "
-          f"POST {cluster.url}/v1/predict)", flush=True)
+    print(
+        f"starting Ray ({args.nodes} node(s)) and {args.replicas} replica(s) (engine={args.engine}) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    cluster = RayCluster(
+        deployment(models, default, config, replicas=args.replicas).bind(), nodes=args.nodes, port=args.port or None
+    )
+    print(
+        f"ailab server on Ray Serve ready at {cluster.url}  ({cluster.running_replicas()} replicas; "
+        f"POST {cluster.url}/v1/predict)",
+        flush=True,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -6,6 +6,7 @@ Every refusal is an InvalidRequest with an HTTP status and a message a client ca
 Validation runs on the event loop, so it is kept cheap: one strict decode, one json.loads.
 The headers (Content-Type, X-Timeout-Ms, ...) are checked in headers.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ class InvalidRequest(ValueError):
 class PredictRequest:
     texts: list[str]
     model: str | None
-    single: bool          # the client sent one string, not a list
+    single: bool  # the client sent one string, not a list
 
 
 def _no_constants(name: str):
@@ -70,7 +71,9 @@ def parse_predict(body: bytes, max_items: int = 64, max_chars: int = 5_000) -> P
     """{"inputs": "text" | ["text", ...], "model": optional name} -> PredictRequest, or InvalidRequest."""
     data = parse_json(body)
     if not isinstance(data, dict):
-        raise InvalidRequest(422, f'body must be a JSON object like {{"inputs": "text"}}, got a JSON {type(data).__name__}')
+        raise InvalidRequest(
+            422, f'body must be a JSON object like {{"inputs": "text"}}, got a JSON {type(data).__name__}'
+        )
     unknown = set(data) - ALLOWED_KEYS
     if unknown:
         raise InvalidRequest(422, f"unknown field(s) {sorted(unknown)}; allowed: {sorted(ALLOWED_KEYS)}")

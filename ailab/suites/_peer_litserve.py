@@ -1,4 +1,5 @@
 """LitServe serving the peers' predictor (see _peer_servers.py): uvicorn in front, an inference worker process."""
+
 from __future__ import annotations
 
 import litserve as ls
@@ -13,7 +14,7 @@ class Predict(ls.LitAPI):
     def decode_request(self, request):
         return request["inputs"]
 
-    def batch(self, inputs):                   # texts stay a list: the predictor tokenizes them together
+    def batch(self, inputs):  # texts stay a list: the predictor tokenizes them together
         return list(inputs)
 
     def predict(self, texts):
@@ -28,5 +29,6 @@ class Predict(ls.LitAPI):
 
 def serve(port: int) -> None:
     api = Predict(max_batch_size=batch_size(), batch_timeout=wait_ms() / 1000)
-    ls.LitServer(api, accelerator="cpu", workers_per_device=1).run(host="127.0.0.1", port=port,
-                                                                    generate_client_file=False)
+    ls.LitServer(api, accelerator="cpu", workers_per_device=1).run(
+        host="127.0.0.1", port=port, generate_client_file=False
+    )

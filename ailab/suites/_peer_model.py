@@ -1,6 +1,7 @@
 """What every peer of `ailab bench peers` serves, and with which batch settings (from the environment the suite
 sets: AILAB_PEER_MODEL, AILAB_PEER_BATCH, AILAB_PEER_WAIT_MS, AILAB_PEER_TRACE). Its own module: the peers'
 spawned worker processes import it, and the launcher (_peer_servers.py) imports them."""
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ class TracedPredictor:
 
     def __init__(self, predictor, path: str):
         object.__setattr__(self, "_predictor", predictor)
-        object.__setattr__(self, "_file", open(path, "a", buffering=1))   # a line is written whole, at once
+        object.__setattr__(self, "_file", open(path, "a", buffering=1))  # a line is written whole, at once
 
     def __call__(self, texts):
         start = time.monotonic()
@@ -42,7 +43,7 @@ class TracedPredictor:
         setattr(self._predictor, name, value)
 
 
-NO_TRACE = {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}   # too few batches, or not traced
+NO_TRACE = {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}  # too few batches, or not traced
 
 
 def read_trace(path, since: float, until: float) -> dict:
@@ -60,9 +61,11 @@ def read_trace(path, since: float, until: float) -> dict:
     rows.sort()
     span = rows[-1][1] - rows[0][0]
     gaps = sorted(b[0] - a[1] for a, b in zip(rows, rows[1:]))
-    return {"model_busy": sum(end - start for start, end, _ in rows) / span,
-            "batch_mean": sum(n for _, _, n in rows) / len(rows),
-            "gap_ms_p50": 1000 * gaps[len(gaps) // 2]}
+    return {
+        "model_busy": sum(end - start for start, end, _ in rows) / span,
+        "batch_mean": sum(n for _, _, n in rows) / len(rows),
+        "gap_ms_p50": 1000 * gaps[len(gaps) // 2],
+    }
 
 
 def batch_size() -> int:

@@ -10,6 +10,7 @@ Every peer is written the way its documentation shows: mosec's Worker with max_b
 (_peer_mosec.py), LitServe's LitAPI with max_batch_size/batch_timeout (_peer_litserve.py), ailab's create_app as
 `ailab serve` builds it (here).
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,22 +22,24 @@ PATHS = {"ailab": "/v1/predict", "mosec": "/inference", "litserve": "/predict"}
 
 # ----------------------------------------------------------------------------- ailab, as `ailab serve` runs it
 
+
 def serve_ailab(port: int) -> None:
     from ailab.server import create_app, start_in_thread
     from ailab.server.config import ServerConfig
     from ailab.server.metrics import configure_json_logging
 
-    configure_json_logging(sys.stderr)          # `ailab serve` logs each request (without --quiet): so does this
+    configure_json_logging(sys.stderr)  # `ailab serve` logs each request (without --quiet): so does this
     config = ServerConfig(max_batch_size=batch_size(), max_wait_ms=wait_ms(), max_queue=1024)
-    handle = start_in_thread(create_app({"sentiment": load}, "sentiment", config), "127.0.0.1", port,
-                             log_level="warning")
+    handle = start_in_thread(
+        create_app({"sentiment": load}, "sentiment", config), "127.0.0.1", port, log_level="warning"
+    )
     handle.thread.join()
 
 
 if __name__ == "__main__":
     kind, port = sys.argv[1], int(sys.argv[2])
-    if kind == "mosec":          # their classes live in their own modules: the peers' worker processes are
-        from ailab.suites._peer_mosec import serve            # spawned and import them by name
+    if kind == "mosec":  # their classes live in their own modules: the peers' worker processes are
+        from ailab.suites._peer_mosec import serve  # spawned and import them by name
     elif kind == "litserve":
         from ailab.suites._peer_litserve import serve
     else:

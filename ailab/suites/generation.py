@@ -1,12 +1,13 @@
 """`ailab bench generation --json`: the generation layer measured (issue 10).
 
-  cache bytes       the allocator's bytes per cached token vs 2 x layers x heads x head_dim x itemsize
-  cache vs none     per-token decode time with the KV cache vs recomputing the prefix, as the context grows
-  prefill/decode    tokens/s and arithmetic intensity of each phase, against the matmul peak and bandwidth
-  paged waste       the real block allocator on a log-normal mix of lengths vs reserving the maximum
-  batching          continuous vs static batching vs Hugging Face generate on one open-loop trace, interleaved
-  saturated         the same three flat out (every request at once): continuous over static tokens/s
+cache bytes       the allocator's bytes per cached token vs 2 x layers x heads x head_dim x itemsize
+cache vs none     per-token decode time with the KV cache vs recomputing the prefix, as the context grows
+prefill/decode    tokens/s and arithmetic intensity of each phase, against the matmul peak and bandwidth
+paged waste       the real block allocator on a log-normal mix of lengths vs reserving the maximum
+batching          continuous vs static batching vs Hugging Face generate on one open-loop trace, interleaved
+saturated         the same three flat out (every request at once): continuous over static tokens/s
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,9 @@ import time
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="ailab bench generation")
     p.add_argument("--size", default="1m", help="tiny_gpt size: 1m, 8m or 30m (default 1m)")
-    p.add_argument("--requests", type=int, default=None, help="requests in the arrival trace (default: 8 s of arrivals)")
+    p.add_argument(
+        "--requests", type=int, default=None, help="requests in the arrival trace (default: 8 s of arrivals)"
+    )
     p.add_argument("--rate", type=float, default=None, help="arrivals per second (default: 60 %% of a measured rate)")
     p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json generation` prints JSON")
     return p.parse_args(argv or [])
@@ -26,46 +29,75 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     from ailab import roofline
     from ailab.device import describe_hardware, pick_device
     from ailab.generation import Decoder
-    from ailab.generation.measure import cache_bytes_per_token, cache_vs_recompute, paged_waste, prefill_vs_decode, \
-        request_mix
-    from ailab.generation.trace import arrival_trace, compare_batching, flat_out_gain, run_scheduler, \
-        static_occupancy, step_cost_by_batch
+    from ailab.generation.measure import (
+        cache_bytes_per_token,
+        cache_vs_recompute,
+        paged_waste,
+        prefill_vs_decode,
+        request_mix,
+    )
+    from ailab.generation.trace import (
+        arrival_trace,
+        compare_batching,
+        flat_out_gain,
+        run_scheduler,
+        static_occupancy,
+        step_cost_by_batch,
+    )
     from ailab.models import tiny_gpt
 
     args = parse_args(argv)
     t0 = time.perf_counter()
-    dev = pick_device()          # the roofline below measures this device too: the model must run there
+    dev = pick_device()  # the roofline below measures this device too: the model must run there
     model = Decoder(tiny_gpt(args.size).to(dev))
-    out: dict = {"device": dev.type, "hardware": describe_hardware().one_line(), "model": f"tiny_gpt({args.size!r})",
-                 "parameters": sum(p.numel() for p in model.hf.parameters())}
+    out: dict = {
+        "device": dev.type,
+        "hardware": describe_hardware().one_line(),
+        "model": f"tiny_gpt({args.size!r})",
+        "parameters": sum(p.numel() for p in model.hf.parameters()),
+    }
     out["cache_bytes"] = cache_bytes_per_token(model)
-    out["cache_vs_recompute"] = cache_vs_recompute(model, (16, 128) if quick else (16, 64, 128, 256, 448),
-                                                   rounds=3 if quick else 7)
-    pd = prefill_vs_decode(model, prompt=64 if quick else 256, batch=8, decode_steps=8 if quick else 16,
-                           rounds=3 if quick else 5)
+    out["cache_vs_recompute"] = cache_vs_recompute(
+        model, (16, 128) if quick else (16, 64, 128, 256, 448), rounds=3 if quick else 7
+    )
+    pd = prefill_vs_decode(
+        model, prompt=64 if quick else 256, batch=8, decode_steps=8 if quick else 16, rounds=3 if quick else 5
+    )
     bw = roofline.measure_bandwidth(mib=128 if quick else 256)["bandwidth_gbps"]
     peak = max(r["gflops"] for r in roofline.measure_matmul(sizes=(512,) if quick else (512, 1024)))
-    pd.update(bandwidth_gbps=bw, matmul_peak_gflops=peak, ridge_intensity=peak / bw,
-              decode_memory_bound=pd["decode_intensity"] < peak / bw)
+    pd.update(
+        bandwidth_gbps=bw,
+        matmul_peak_gflops=peak,
+        ridge_intensity=peak / bw,
+        decode_memory_bound=pd["decode_intensity"] < peak / bw,
+    )
     out["prefill_vs_decode"] = pd
     out["paged_waste"] = paged_waste(request_mix(200, seed=0, max_len=1024), block_size=16, max_len=1024)
 
-    probe = arrival_trace(n=16, rate_rps=1e4, seed=1)       # all at once: what the engine serves flat out
+    probe = arrival_trace(n=16, rate_rps=1e4, seed=1)  # all at once: what the engine serves flat out
     flat_out = run_scheduler(model, probe, "continuous")
     mean_new = sum(r.max_new_tokens for r in probe) / len(probe)
     rate = args.rate or round(0.6 * flat_out["tokens_per_s"] / mean_new, 2)
     # enough requests for about 2 s (quick) or 8 s (full) of arrivals at that rate
     n = args.requests or max(16, int(rate * (2.0 if quick else 8.0)))
     trace = arrival_trace(n=n, rate_rps=rate, seed=0)
-    out["batching"] = {"rate_rps": rate, "requests": n, "flat_out_tokens_per_s": flat_out["tokens_per_s"],
-                       "rows": compare_batching(model, trace, rounds=1 if quick else 2)}
+    out["batching"] = {
+        "rate_rps": rate,
+        "requests": n,
+        "flat_out_tokens_per_s": flat_out["tokens_per_s"],
+        "rows": compare_batching(model, trace, rounds=1 if quick else 2),
+    }
     # Flat out: every request arrives at once, so tokens/s is what each policy serves, not what was offered.
     # Static batching holds a batch's seats until its longest member ends; continuous refills them each step.
     burst = arrival_trace(n=16 if quick else 48, rate_rps=1e6, seed=2)
     rows = compare_batching(model, burst, rounds=1 if quick else 3)
-    out["saturated"] = {"requests": len(burst), "rows": rows, "continuous_over_static_tokens_per_s": flat_out_gain(rows),
-                        "continuous_over_static_makespan": flat_out_gain(rows, "tokens_per_s"),
-                        "bound_if_steps_cost_the_same": 1 / static_occupancy(burst),
-                        "step_cost": step_cost_by_batch(model, (1, 8) if quick else (1, 2, 4, 8, 16))}
+    out["saturated"] = {
+        "requests": len(burst),
+        "rows": rows,
+        "continuous_over_static_tokens_per_s": flat_out_gain(rows),
+        "continuous_over_static_makespan": flat_out_gain(rows, "tokens_per_s"),
+        "bound_if_steps_cost_the_same": 1 / static_occupancy(burst),
+        "step_cost": step_cost_by_batch(model, (1, 8) if quick else (1, 2, 4, 8, 16)),
+    }
     out["seconds"] = time.perf_counter() - t0
     return out

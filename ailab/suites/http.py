@@ -8,6 +8,7 @@ Without --rate it is a closed loop of --clients; with --rate, an open loop with 
 Without --body it sends GET. --body may be one JSON value, or a JSON list with --body-list (one body
 per request, used in turn). Load tests in this course target 127.0.0.1 only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ def parse_args(argv: list[str] | None):
         try:
             body = json.loads(args.body)
         except json.JSONDecodeError as e:
-            p.error(f"--body is not valid JSON ({e}); quote it, e.g. --body '{{\"text\": \"hello\"}}'")
+            p.error(f'--body is not valid JSON ({e}); quote it, e.g. --body \'{{"text": "hello"}}\'')
         if args.body_list and not (isinstance(body, list) and body):
             p.error("--body-list needs --body to be a non-empty JSON list")
         payloads = body if args.body_list else [body]
@@ -46,14 +47,17 @@ def parse_args(argv: list[str] | None):
 
 def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     if not argv:
-        raise SystemExit("usage: ailab bench http URL [--clients N | --rate R] [--duration S] [--body JSON] "
-                         "(see `ailab bench http --help`)")
+        raise SystemExit(
+            "usage: ailab bench http URL [--clients N | --rate R] [--duration S] [--body JSON] "
+            "(see `ailab bench http --help`)"
+        )
     args, payloads = parse_args(argv)
     duration, warmup = (min(args.duration, 3.0), min(args.warmup, 0.5)) if quick else (args.duration, args.warmup)
     try:
         if args.rate is not None:
-            result = bench.open_loop(args.url, payloads, args.rate, duration, warmup, seed=args.seed,
-                                     timeout_s=args.timeout)
+            result = bench.open_loop(
+                args.url, payloads, args.rate, duration, warmup, seed=args.seed, timeout_s=args.timeout
+            )
         else:
             result = bench.closed_loop(args.url, payloads, args.clients, duration, warmup, timeout_s=args.timeout)
     except bench.BenchTargetError as e:

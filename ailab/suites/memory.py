@@ -4,6 +4,7 @@ estimator_max_rel_error: max over a (batch, seq_len) grid of |estimate - measure
 the measurement is the peak of bytes held by tensors during one MiniLM forward (the CPU allocator's
 own accounting via torch.profiler, or max_memory_allocated on CUDA).
 """
+
 from __future__ import annotations
 
 import time
@@ -67,8 +68,11 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     result["clean_loop_flagged"] = clean.leaking
     result["clean_loop_kib_per_iter"] = clean.slope_bytes_per_iter / 1024
     result["soak_iters"] = iters
-    result["soak_counter"] = "cuda memory_allocated" if dev.type == "cuda" else (
-        "glibc malloc in use" if memory.malloc_in_use() is not None else "process RSS")
+    result["soak_counter"] = (
+        "cuda memory_allocated"
+        if dev.type == "cuda"
+        else ("glibc malloc in use" if memory.malloc_in_use() is not None else "process RSS")
+    )
 
     result["leak_seconds"] = time.perf_counter() - t_start
     # 4. device microbenchmarks

@@ -14,6 +14,7 @@
 --quick runs the tiny random model, 8 clients, one short round and no Ray: it checks that every peer starts and
 answers (what `make test` runs), not who is faster.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,13 @@ def parse_args(argv):
     p.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--model", choices=("minilm", "tiny"), default="minilm", help="what every peer serves")
-    p.add_argument("--text-chars", type=int, default=71,
-                   help="the one text every request sends: a review snippet cut to at most this many characters "
-                        "(default 71, a short review; longer ones make the forward pass the whole story)")
+    p.add_argument(
+        "--text-chars",
+        type=int,
+        default=71,
+        help="the one text every request sends: a review snippet cut to at most this many characters "
+        "(default 71, a short review; longer ones make the forward pass the whole story)",
+    )
     p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json peers` prints JSON")
     return p.parse_args(argv or [])
 
@@ -52,12 +57,12 @@ def parse_args(argv):
 class Peer:
     name: str
     url: str
-    pid: int | None = None                     # the root of its process tree (None: Ray, measured its own way)
+    pid: int | None = None  # the root of its process tree (None: Ray, measured its own way)
     proc: subprocess.Popen | None = field(default=None, repr=False)
     log: Path | None = None
-    trace: Path | None = None                  # its model's batches (_peer_model.TracedPredictor); None: Ray
-    stop: object = None                        # () -> None: the peer and every process it started, gone
-    ray: object = None                         # the RayServe cluster, for the Ray peer
+    trace: Path | None = None  # its model's batches (_peer_model.TracedPredictor); None: Ray
+    stop: object = None  # () -> None: the peer and every process it started, gone
+    ray: object = None  # the RayServe cluster, for the Ray peer
 
 
 def start_peer(kind: str, env: dict) -> Peer:
@@ -69,9 +74,13 @@ def start_peer(kind: str, env: dict) -> Peer:
     fd, log_name = tempfile.mkstemp(prefix=f"ailab-peer-{kind}-", suffix=".log")
     trace_fd, trace_name = tempfile.mkstemp(prefix=f"ailab-peer-{kind}-", suffix=".batches")
     os.close(trace_fd)
-    proc = subprocess.Popen([sys.executable, "-m", "ailab.suites._peer_servers", kind, str(port)], stdout=fd,
-                            stderr=fd, env={**os.environ, **env, "AILAB_PEER_TRACE": trace_name},
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ailab.suites._peer_servers", kind, str(port)],
+        stdout=fd,
+        stderr=fd,
+        env={**os.environ, **env, "AILAB_PEER_TRACE": trace_name},
+        start_new_session=True,
+    )
     os.close(fd)
     peer = Peer(kind, f"http://127.0.0.1:{port}{PATHS[kind]}", proc.pid, proc, Path(log_name), Path(trace_name))
 
@@ -79,7 +88,7 @@ def start_peer(kind: str, env: dict) -> Peer:
         import signal
 
         try:
-            os.killpg(proc.pid, signal.SIGTERM)   # the peer and the worker processes it started
+            os.killpg(proc.pid, signal.SIGTERM)  # the peer and the worker processes it started
         except ProcessLookupError:
             pass
         stop_process(proc, 10.0)
@@ -134,8 +143,25 @@ def tree_rss_mb(peer: Peer) -> float:
 
 def run_hey(url: str, body: dict, clients: int, seconds: float) -> dict:
     """`hey` closed loop: req/s, p50/p99 (ms) and the count of answers that were not 200."""
-    out = subprocess.run(["hey", "-z", f"{seconds}s", "-c", str(clients), "-m", "POST", "-T", "application/json",
-                          "-d", json.dumps(body), url], capture_output=True, text=True, timeout=seconds + 60)
+    out = subprocess.run(
+        [
+            "hey",
+            "-z",
+            f"{seconds}s",
+            "-c",
+            str(clients),
+            "-m",
+            "POST",
+            "-T",
+            "application/json",
+            "-d",
+            json.dumps(body),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
     try:
         return parse_hey(out.stdout)
     except ValueError as e:
@@ -151,19 +177,34 @@ def parse_hey(text: str) -> dict:
         raise ValueError(f"hey printed no throughput: {text[-500:]!r}")
     pct = {int(p): float(s) * 1e3 for p, s in re.findall(r"(\d+)% in ([\d.]+) secs", text)}
     codes = {int(c): int(n) for c, n in re.findall(r"\[(\d{3})\]\s+(\d+) responses", text)}
-    failed = sum(int(n) for n in re.findall(r"^\s+\[(\d+)\]\s+\S", text.split("Error distribution:")[1], re.M)) \
-        if "Error distribution:" in text else 0
-    return {"rps": float(rps.group(1)), "p50_ms": pct.get(50), "p99_ms": pct.get(99),
-            "errors": sum(n for c, n in codes.items() if c != 200) + failed, "n": sum(codes.values()) + failed}
+    failed = (
+        sum(int(n) for n in re.findall(r"^\s+\[(\d+)\]\s+\S", text.split("Error distribution:")[1], re.M))
+        if "Error distribution:" in text
+        else 0
+    )
+    return {
+        "rps": float(rps.group(1)),
+        "p50_ms": pct.get(50),
+        "p99_ms": pct.get(99),
+        "errors": sum(n for c, n in codes.items() if c != 200) + failed,
+        "n": sum(codes.values()) + failed,
+    }
 
 
 def run_ailab_generator(url: str, body: dict, clients: int, seconds: float) -> dict:
     from ailab import bench
 
-    r = bench.in_subprocess("closed_loop", url, [body], clients=clients, duration_s=seconds, warmup_s=1.0,
-                            timeout_s=30.0)
-    return {"rps": r.rps, "p50_ms": r.stats.p50_ms, "p99_ms": r.stats.p99_ms, "errors": r.n - r.n_ok, "n": r.n,
-            "generator_cpu_share": r.generator_cpu_share}
+    r = bench.in_subprocess(
+        "closed_loop", url, [body], clients=clients, duration_s=seconds, warmup_s=1.0, timeout_s=30.0
+    )
+    return {
+        "rps": r.rps,
+        "p50_ms": r.stats.p50_ms,
+        "p99_ms": r.stats.p99_ms,
+        "errors": r.n - r.n_ok,
+        "n": r.n,
+        "generator_cpu_share": r.generator_cpu_share,
+    }
 
 
 GENERATORS = {"ailab.bench": run_ailab_generator, "hey": run_hey}
@@ -198,8 +239,12 @@ def summarise(rows: list[dict]) -> dict:
     for peer in out.values():
         for gen in peer.values():
             for c, rs in gen.items():
-                gen[c] = {k: float(np.median([x[k] for x in rs if x[k] is not None]))
-                          if any(x[k] is not None for x in rs) else None for k in MEDIANS}
+                gen[c] = {
+                    k: float(np.median([x[k] for x in rs if x[k] is not None]))
+                    if any(x[k] is not None for x in rs)
+                    else None
+                    for k in MEDIANS
+                }
                 gen[c]["errors"] = sum(x["errors"] for x in rs)
     return out
 
@@ -211,7 +256,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     if quick:
         args.model, args.seconds, args.rounds = "tiny", 1.0, 1
         args.clients = "8"
-        args.peers = ",".join(p for p in args.peers.split(",") if p != "ray")   # Ray needs ~30 s and ~2 GB to start
+        args.peers = ",".join(p for p in args.peers.split(",") if p != "ray")  # Ray needs ~30 s and ~2 GB to start
     peers_wanted = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = set(peers_wanted) - set(PEERS)
     if unknown:
@@ -221,26 +266,34 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     clients = [int(c) for c in args.clients.split(",")]
     body = {"inputs": one_text(args.text_chars)}
     env = {"AILAB_PEER_MODEL": args.model, "AILAB_PEER_BATCH": "32", "AILAB_PEER_WAIT_MS": "10"}
-    out: dict = {"hardware": describe_hardware().one_line(), "model": args.model, "clients": clients,
-                 "seconds": args.seconds, "rounds": args.rounds, "body_chars": len(body["inputs"]),
-                 "batch": {"max_batch_size": 32, "max_wait_ms": 10}, "start_s": {}, "rows": []}
+    out: dict = {
+        "hardware": describe_hardware().one_line(),
+        "model": args.model,
+        "clients": clients,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "body_chars": len(body["inputs"]),
+        "batch": {"max_batch_size": 32, "max_wait_ms": 10},
+        "start_s": {},
+        "rows": [],
+    }
     from ailab.suites.scale import stdout_to_stderr
 
-    with stdout_to_stderr(), ExitStack() as stack:     # Ray's processes print to fd 1, even as they stop
+    with stdout_to_stderr(), ExitStack() as stack:  # Ray's processes print to fd 1, even as they stop
         peers, t0 = [], time.perf_counter()
-        for kind in peers_wanted:              # the processes load their models at the same time
+        for kind in peers_wanted:  # the processes load their models at the same time
             if kind != "ray":
                 peers.append(start_peer(kind, env))
                 stack.callback(peers[-1].stop)
         for peer in peers:
             wait_until_answering(peer)
             out["start_s"][peer.name] = round(time.perf_counter() - t0, 1)
-        if "ray" in peers_wanted and args.model == "minilm":   # the Ray deployment serves MiniLM only
+        if "ray" in peers_wanted and args.model == "minilm":  # the Ray deployment serves MiniLM only
             t0 = time.perf_counter()
             peers.append(start_ray(32, 10))
             stack.callback(peers[-1].stop)
             out["start_s"]["ray"] = round(time.perf_counter() - t0, 1)
-        for peer in peers:                     # warm every path once under load before anything counts
+        for peer in peers:  # warm every path once under load before anything counts
             run_hey(peer.url, body, 8, 1.0)
         for c in clients:
             for rnd in range(args.rounds):
@@ -249,18 +302,30 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
                         since = time.monotonic()
                         row = fn(peer.url, body, c, args.seconds)
                         row.update(model_side(peer, since, time.monotonic()))
-                        out["rows"].append({"peer": peer.name, "generator": gen, "clients": c, "round": rnd,
-                                            **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}})
+                        out["rows"].append(
+                            {
+                                "peer": peer.name,
+                                "generator": gen,
+                                "clients": c,
+                                "round": rnd,
+                                **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()},
+                            }
+                        )
         out["rss_mb"] = {peer.name: round(tree_rss_mb(peer), 1) for peer in peers}
     out["summary"] = summarise(out["rows"])
     top = str(max(clients))
     s = out["summary"]
     if "ailab" in s and "mosec" in s:
-        out["ailab_over_mosec"] = {gen: {"rps": s["ailab"][gen][top]["rps"] / s["mosec"][gen][top]["rps"],
-                                         "p99_ailab_ms": s["ailab"][gen][top]["p99_ms"],
-                                         "p99_mosec_ms": s["mosec"][gen][top]["p99_ms"],
-                                         "model_busy_ailab": s["ailab"][gen][top]["model_busy"],
-                                         "model_busy_mosec": s["mosec"][gen][top]["model_busy"],
-                                         "gap_ms_ailab": s["ailab"][gen][top]["gap_ms_p50"],
-                                         "gap_ms_mosec": s["mosec"][gen][top]["gap_ms_p50"]} for gen in GENERATORS}
+        out["ailab_over_mosec"] = {
+            gen: {
+                "rps": s["ailab"][gen][top]["rps"] / s["mosec"][gen][top]["rps"],
+                "p99_ailab_ms": s["ailab"][gen][top]["p99_ms"],
+                "p99_mosec_ms": s["mosec"][gen][top]["p99_ms"],
+                "model_busy_ailab": s["ailab"][gen][top]["model_busy"],
+                "model_busy_mosec": s["mosec"][gen][top]["model_busy"],
+                "gap_ms_ailab": s["ailab"][gen][top]["gap_ms_p50"],
+                "gap_ms_mosec": s["mosec"][gen][top]["gap_ms_p50"],
+            }
+            for gen in GENERATORS
+        }
     return out

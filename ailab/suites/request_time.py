@@ -11,6 +11,7 @@
 Every figure comes from the running server or from the handler's own functions; nothing here is a model of
 the server. The server's histograms give sums and counts, so the stages are means, not percentiles.
 """
+
 from __future__ import annotations
 
 import io
@@ -27,9 +28,14 @@ from pathlib import Path
 
 def _sum_count(metrics: dict, name: str, stage: str = "") -> tuple[float, float]:
     """(sum, count) of histogram `name` as read by monitoring.read_metrics, over every model (one stage)."""
+
     def total(suffix: str) -> float:
-        return sum(v for k, v in metrics.items() if k.partition("{")[0] == name + suffix
-                   and (not stage or f'stage="{stage}"' in k))
+        return sum(
+            v
+            for k, v in metrics.items()
+            if k.partition("{")[0] == name + suffix and (not stage or f'stage="{stage}"' in k)
+        )
+
     return total("_sum"), total("_count")
 
 
@@ -50,8 +56,15 @@ def server_stages(base_url: str, clients: int, seconds: float = 4.0, text: str =
         return read_metrics(httpx.get(base_url + "/metrics", timeout=10).text)
 
     before = scrape()
-    run = bench.in_subprocess("closed_loop", base_url + "/v1/predict", [{"inputs": text}], clients=clients,
-                              duration_s=seconds, warmup_s=1.0, timeout_s=30.0)
+    run = bench.in_subprocess(
+        "closed_loop",
+        base_url + "/v1/predict",
+        [{"inputs": text}],
+        clients=clients,
+        duration_s=seconds,
+        warmup_s=1.0,
+        timeout_s=30.0,
+    )
     after = scrape()
 
     def mean(metric: str, stage: str = "", scale: float = 1e3) -> tuple[float, float]:
@@ -62,11 +75,19 @@ def server_stages(base_url: str, clients: int, seconds: float = 4.0, text: str =
     batches_compute, _ = mean("ailab_batch_compute_seconds")
     batch_size, _ = mean("ailab_batch_size", scale=1.0)
     handler, n_requests = mean("ailab_request_latency_seconds")
-    out = {"clients": clients, "rps": round(run.rps, 1), "client_p50_ms": run.stats.p50_ms,
-           "client_p99_ms": run.stats.p99_ms, "client_ms": round(run.stats.mean_ms, 2),
-           "handler_ms": round(handler, 2), "queue_wait_ms": round(mean("ailab_queue_wait_seconds")[0], 2),
-           "batch_size": round(batch_size, 2), "compute_ms": round(batches_compute, 2),
-           "requests": int(n_requests), "errors": run.n - run.n_ok}
+    out = {
+        "clients": clients,
+        "rps": round(run.rps, 1),
+        "client_p50_ms": run.stats.p50_ms,
+        "client_p99_ms": run.stats.p99_ms,
+        "client_ms": round(run.stats.mean_ms, 2),
+        "handler_ms": round(handler, 2),
+        "queue_wait_ms": round(mean("ailab_queue_wait_seconds")[0], 2),
+        "batch_size": round(batch_size, 2),
+        "compute_ms": round(batches_compute, 2),
+        "requests": int(n_requests),
+        "errors": run.n - run.n_ok,
+    }
     for stage in ("tokenize", "forward", "postprocess"):
         out[f"{stage}_ms"] = round(mean("ailab_batch_stage_seconds", stage)[0], 2)
     out["outside_handler_ms"] = round(out["client_ms"] - out["handler_ms"], 2)
@@ -79,9 +100,9 @@ def server_stages(base_url: str, clients: int, seconds: float = 4.0, text: str =
 
 
 def _per_call_us(fn, n: int) -> float:
-    fn()   # warm
+    fn()  # warm
     best = float("inf")
-    for _ in range(5):                      # the best of 5 runs of n calls: the cost, without the machine's noise
+    for _ in range(5):  # the best of 5 runs of n calls: the cost, without the machine's noise
         t = time.perf_counter()
         for _ in range(n):
             fn()
@@ -98,8 +119,12 @@ def handler_costs(n: int = 2000, text: str = "a wonderful, moving film") -> dict
 
     config = ServerConfig()
     body = json.dumps({"inputs": text}).encode()
-    answer = {"outputs": [{"label": "positive", "score": 0.9987}], "model": "sentiment", "model_sha256": "0" * 64,
-              "request_id": "0123456789abcdef0123456789abcdef"}
+    answer = {
+        "outputs": [{"label": "positive", "score": 0.9987}],
+        "model": "sentiment",
+        "model_sha256": "0" * 64,
+        "request_id": "0123456789abcdef0123456789abcdef",
+    }
     handler = logging.StreamHandler(io.StringIO())
     handler.setFormatter(JsonLineFormatter())
     saved = (ACCESS_LOG.level, ACCESS_LOG.propagate, list(ACCESS_LOG.handlers))
@@ -107,10 +132,16 @@ def handler_costs(n: int = 2000, text: str = "a wonderful, moving film") -> dict
     ACCESS_LOG.setLevel(logging.INFO)
     ACCESS_LOG.propagate = False
     try:
-        return {"parse_and_validate_us": _per_call_us(lambda: parse_predict(body, config.max_items, config.max_chars), n),
-                "serialise_us": _per_call_us(lambda: _json(answer).body, n),
-                "access_log_us": _per_call_us(lambda: log_request(
-                    "r1", 200, 0.02, "/v1/predict", "POST", {**text_fields([text]), "model": "sentiment"}), n)}
+        return {
+            "parse_and_validate_us": _per_call_us(lambda: parse_predict(body, config.max_items, config.max_chars), n),
+            "serialise_us": _per_call_us(lambda: _json(answer).body, n),
+            "access_log_us": _per_call_us(
+                lambda: log_request(
+                    "r1", 200, 0.02, "/v1/predict", "POST", {**text_fields([text]), "model": "sentiment"}
+                ),
+                n,
+            ),
+        }
     finally:
         ACCESS_LOG.setLevel(saved[0])
         ACCESS_LOG.propagate = saved[1]
@@ -138,14 +169,34 @@ def profile_threads(pid: int, seconds: float = 5.0, rate: int = 50) -> dict:
         raise FileNotFoundError("py-spy is not installed: pip install py-spy (it is in ailab's dev extra)")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "profile.txt"
-        proc = subprocess.run([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
-                               "--format", "raw", "--threads", "--nonblocking", "--output", str(out)],
-                              capture_output=True, text=True, timeout=seconds + 60)
+        proc = subprocess.run(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                str(int(seconds)),
+                "--rate",
+                str(rate),
+                "--format",
+                "raw",
+                "--threads",
+                "--nonblocking",
+                "--output",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
         if proc.returncode != 0 or not out.exists():
             message = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
             if "ermission" in message[0] or "ptrace" in message[0].lower():
-                raise PermissionError(f"py-spy may not read process {pid}: {message[0]}. Run as root, or allow it "
-                                      "with `sudo sysctl kernel.yama.ptrace_scope=0`")
+                raise PermissionError(
+                    f"py-spy may not read process {pid}: {message[0]}. Run as root, or allow it "
+                    "with `sudo sysctl kernel.yama.ptrace_scope=0`"
+                )
             raise RuntimeError(f"py-spy failed: {message[0]}")
         lines = out.read_text().splitlines()
     by_role, frames = Counter(), {}
@@ -161,5 +212,8 @@ def profile_threads(pid: int, seconds: float = 5.0, rate: int = 50) -> dict:
     total = sum(by_role.values())
     if not total:
         raise RuntimeError(f"py-spy recorded no sample of process {pid} in {seconds} s")
-    return {"samples": total, "by_role": {r: n / total for r, n in by_role.most_common()},
-            "top_frames": {r: [(f, n / by_role[r]) for f, n in c.most_common(5)] for r, c in frames.items()}}
+    return {
+        "samples": total,
+        "by_role": {r: n / total for r, n in by_role.most_common()},
+        "top_frames": {r: [(f, n / by_role[r]) for f, n in c.most_common(5)] for r, c in frames.items()},
+    }

@@ -15,6 +15,7 @@ Then ailab.server alone: a concurrency sweep (the best req/s with p99 within --s
     ailab bench --json scale --soak-minutes 10     # the 10-minute soak (make soak)
     ailab bench --json --quick scale               # ~30 s, no Ray (tests)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,26 @@ def _texts(n: int = 256) -> list[str]:
 
 # --------------------------------------------------------------------------- Ray Serve
 
-def ray_deployment(max_batch_size: int = 32, batch_wait_s: float = 0.010, max_ongoing_requests: int = 64,
-                   max_queued_requests: int = 128, autoscaling: dict | None = None, threads: int | None = None):
+
+def ray_deployment(
+    max_batch_size: int = 32,
+    batch_wait_s: float = 0.010,
+    max_ongoing_requests: int = 64,
+    max_queued_requests: int = 128,
+    autoscaling: dict | None = None,
+    threads: int | None = None,
+):
     """A Ray Serve deployment of the same predictor ailab.server serves. Built lazily: importing this
     module must not need Ray."""
     from ray import serve
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    options = {"max_ongoing_requests": max_ongoing_requests, "max_queued_requests": max_queued_requests,
-               "ray_actor_options": {"num_cpus": 1}}
+    options = {
+        "max_ongoing_requests": max_ongoing_requests,
+        "max_queued_requests": max_queued_requests,
+        "ray_actor_options": {"num_cpus": 1},
+    }
     if autoscaling:
         options["autoscaling_config"] = autoscaling
     else:
@@ -82,8 +93,13 @@ class RayServe(RayCluster):
     def __init__(self, num_cpus: int = 2, threads: int | None = None, **deployment_kw):
         # threads=None keeps Ray's default for a num_cpus=1 replica (OMP/torch threads = 1). Forcing 2 torch
         # threads in the replica was 2x slower here: it fights the HTTP proxy process for the 2 cores.
-        super().__init__(ray_deployment(threads=threads, **deployment_kw).bind(), cpus_per_node=num_cpus,
-                         app_name="sentiment", route_prefix="/predict", ready_timeout_s=240.0)
+        super().__init__(
+            ray_deployment(threads=threads, **deployment_kw).bind(),
+            cpus_per_node=num_cpus,
+            app_name="sentiment",
+            route_prefix="/predict",
+            ready_timeout_s=240.0,
+        )
 
     def replicas(self) -> int:
         return sum(self.replica_states().values())
@@ -95,15 +111,23 @@ class RayServe(RayCluster):
         total, n = 0, 0
         for p in psutil.process_iter(["name", "cmdline", "memory_info"]):
             cmd = " ".join(p.info["cmdline"] or [])
-            if p.info["memory_info"] and ("ray::" in cmd or "ray/core" in cmd or "raylet" in cmd or "gcs_server" in cmd
-                                          or "ray/_private" in cmd or "dashboard" in cmd and "ray" in cmd):
+            if p.info["memory_info"] and (
+                "ray::" in cmd
+                or "ray/core" in cmd
+                or "raylet" in cmd
+                or "gcs_server" in cmd
+                or "ray/_private" in cmd
+                or "dashboard" in cmd
+                and "ray" in cmd
+            ):
                 total += p.info["memory_info"].rss
                 n += 1
         return total / 2**20, n
 
 
-def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: float = 0.5, window_s: float = 2.0,
-                      timeout_s: float = 10.0) -> dict:
+def autoscaling_trace(
+    cluster: RayCluster, url: str, payloads, steps, poll_s: float = 0.5, window_s: float = 2.0, timeout_s: float = 10.0
+) -> dict:
     """Offer `steps` [(req/s, seconds), ...] as open loops one after the other, while a thread reads how many
     replicas run every `poll_s`. Returns {"replicas": [(s, n)], "windows": [{t, p99_ms, n, failed}],
     "offered": [(start_s, end_s, req/s)], "placement": [...]}: the replica count over time, the p99 of what
@@ -137,27 +161,44 @@ def autoscaling_trace(cluster: RayCluster, url: str, payloads, steps, poll_s: fl
     try:
         for i, (rate, seconds) in enumerate(steps):
             start = time.perf_counter() - t0
-            res = bench.open_loop(url, payloads, rate_rps=rate, duration_s=seconds, warmup_s=0.0, seed=i,
-                                  timeout_s=timeout_s)
+            res = bench.open_loop(
+                url, payloads, rate_rps=rate, duration_s=seconds, warmup_s=0.0, seed=i, timeout_s=timeout_s
+            )
             done += [(start + r.done_s, r.latency_ms, r.ok) for r in res.records]
             offered.append((round(start, 2), round(time.perf_counter() - t0, 2), rate))
     finally:
         stop.set()
-        watcher.join(timeout=poll_s + 45.0)   # one poll: serve.status() and one placement bounded at 5 s
+        watcher.join(timeout=poll_s + 45.0)  # one poll: serve.status() and one placement bounded at 5 s
     if watcher.is_alive():
         raise RuntimeError("the replica poller did not stop within 45 s: Ray's controller is not answering")
     windows = []
     for lo in np.arange(0.0, max(t for t, _, _ in done), window_s):
         inside = [(ms, ok) for t, ms, ok in done if lo <= t < lo + window_s]
-        windows.append({"t": round(float(lo + window_s), 2), "n": len(inside),
-                        "p99_ms": round(float(np.percentile([ms for ms, _ in inside], 99)), 1) if inside else None,
-                        "failed": sum(1 for _, ok in inside if not ok)})
-    return {"replicas": [(round(t, 2), n) for t, n in samples], "windows": windows, "offered": offered,
-            "placement": sorted(placement.values(), key=lambda r: r["replica"])}
+        windows.append(
+            {
+                "t": round(float(lo + window_s), 2),
+                "n": len(inside),
+                "p99_ms": round(float(np.percentile([ms for ms, _ in inside], 99)), 1) if inside else None,
+                "failed": sum(1 for _, ok in inside if not ok),
+            }
+        )
+    return {
+        "replicas": [(round(t, 2), n) for t, n in samples],
+        "windows": windows,
+        "offered": offered,
+        "placement": sorted(placement.values(), key=lambda r: r["replica"]),
+    }
 
 
-AUTOSCALING_DEMO = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2, "upscale_delay_s": 1.0,
-                    "downscale_delay_s": 4.0, "metrics_interval_s": 0.5, "look_back_period_s": 1.0}
+AUTOSCALING_DEMO = {
+    "min_replicas": 1,
+    "max_replicas": 2,
+    "target_ongoing_requests": 2,
+    "upscale_delay_s": 1.0,
+    "downscale_delay_s": 4.0,
+    "metrics_interval_s": 0.5,
+    "look_back_period_s": 1.0,
+}
 
 
 def autoscaling_run(payloads, steps=((0.1, 4), (1.0, 30), (0.1, 8)), settle_s: float = 30.0) -> dict:
@@ -176,8 +217,13 @@ def autoscaling_run(payloads, steps=((0.1, 4), (1.0, 30), (0.1, 8)), settle_s: f
 
     models, default = default_models("torch")
     settings = ServerConfig(max_batch_size=32, max_wait_ms=10)
-    cluster = RayCluster(deployment(models, default, settings, replicas=1, name="probe").bind(), nodes=2,
-                         cpus_per_node=1, app_name="probe", route_prefix="/probe")
+    cluster = RayCluster(
+        deployment(models, default, settings, replicas=1, name="probe").bind(),
+        nodes=2,
+        cpus_per_node=1,
+        app_name="probe",
+        route_prefix="/probe",
+    )
     try:
         out = {"ray_start_s": round(cluster.start_s, 1), "probe_deploy_s": round(cluster.deploy_s, 1)}
         one = bench.closed_loop(cluster.url + "/v1/predict", payloads, clients=16, duration_s=3.0, warmup_s=1.0)
@@ -185,8 +231,9 @@ def autoscaling_run(payloads, steps=((0.1, 4), (1.0, 30), (0.1, 8)), settle_s: f
         serve.delete("probe")
         cluster.deploy(deployment(models, default, settings, autoscaling=AUTOSCALING_DEMO).bind())
         out["replicas_at_start"] = cluster.running_replicas()
-        trace = autoscaling_trace(cluster, cluster.url + "/v1/predict", payloads,
-                                  [(k * one.rps, seconds) for k, seconds in steps])
+        trace = autoscaling_trace(
+            cluster, cluster.url + "/v1/predict", payloads, [(k * one.rps, seconds) for k, seconds in steps]
+        )
         deadline = time.monotonic() + settle_s
         while cluster.running_replicas() > 1 and time.monotonic() < deadline:  # the way back down, at no load
             time.sleep(0.5)
@@ -196,14 +243,19 @@ def autoscaling_run(payloads, steps=((0.1, 4), (1.0, 30), (0.1, 8)), settle_s: f
     up = next((t for t, n in trace["replicas"] if n > 1), None)
     lo, hi = trace["offered"][1][:2] if len(trace["offered"]) > 1 else (0, 0)
     high = [w for w in trace["windows"] if lo < w["t"] <= hi and w["p99_ms"] is not None]
-    out.update(trace=trace, max_replicas=max(n for _, n in trace["replicas"]), second_replica_at_s=up,
-               nodes_used=len({r["node"] for r in trace["placement"]}),
-               p99_ms_high_before_second=max((w["p99_ms"] for w in high if up is None or w["t"] <= up), default=None),
-               p99_ms_high_last_6s=max((w["p99_ms"] for w in high if w["t"] > hi - 6), default=None))
+    out.update(
+        trace=trace,
+        max_replicas=max(n for _, n in trace["replicas"]),
+        second_replica_at_s=up,
+        nodes_used=len({r["node"] for r in trace["placement"]}),
+        p99_ms_high_before_second=max((w["p99_ms"] for w in high if up is None or w["t"] <= up), default=None),
+        p99_ms_high_last_6s=max((w["p99_ms"] for w in high if w["t"] > hi - 6), default=None),
+    )
     return out
 
 
 # --------------------------------------------------------------------------- the suite
+
 
 @contextlib.contextmanager
 def stdout_to_stderr():
@@ -224,14 +276,27 @@ def merge_results(results):
     from ailab.bench import LoadResult
 
     first = results[0]
-    return LoadResult(first.mode, first.url, first.clients, first.rate_rps, sum(r.duration_s for r in results),
-                      first.warmup_s, [rec for r in results for rec in r.records], sum(r.elapsed_s for r in results))
+    return LoadResult(
+        first.mode,
+        first.url,
+        first.clients,
+        first.rate_rps,
+        sum(r.duration_s for r in results),
+        first.warmup_s,
+        [rec for r in results for rec in r.records],
+        sum(r.elapsed_s for r in results),
+    )
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="ailab bench scale")
     p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--duration", type=float, default=None, help="measured seconds per server, over all rounds (default 15, quick 3)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="measured seconds per server, over all rounds (default 15, quick 3)",
+    )
     p.add_argument("--slo-ms", type=float, default=500.0, help="p99 bound for the best throughput within the SLO (ms)")
     p.add_argument("--sweep", default=None, help="comma-separated concurrencies (default 1,2,4,8,16,32)")
     p.add_argument("--soak-minutes", type=float, default=None, help="soak length in minutes (default 1, quick 0.1)")
@@ -251,14 +316,22 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     soak_min = args.soak_minutes if args.soak_minutes is not None else (0.1 if quick else 1.0)
     sweep_c = [int(c) for c in args.sweep.split(",")] if args.sweep else ([1, 8] if quick else [1, 2, 4, 8, 16, 32])
     payloads = [{"inputs": t} for t in _texts()]
-    out: dict = {"device": describe_hardware().one_line(), "clients": args.clients, "duration_s": duration,
-                 "ray_rps": None, "ray_p99_ms": None, "ratio": None,  # stay None when Ray is skipped
-                 "load_generator": "ailab.bench closed loop in this process (raw asyncio HTTP/1.1); "
-                                   "the servers run in their own processes"}
+    out: dict = {
+        "device": describe_hardware().one_line(),
+        "clients": args.clients,
+        "duration_s": duration,
+        "ray_rps": None,
+        "ray_p99_ms": None,
+        "ratio": None,  # stay None when Ray is skipped
+        "load_generator": "ailab.bench closed loop in this process (raw asyncio HTTP/1.1); "
+        "the servers run in their own processes",
+    }
 
     rounds = 1 if quick else max(1, args.rounds)
-    with stdout_to_stderr(), start_ailab_server(["--max-batch-size", "32", "--max-wait-ms", "10",
-                                                 "--max-queue", "1024"]) as srv:
+    with (
+        stdout_to_stderr(),
+        start_ailab_server(["--max-batch-size", "32", "--max-wait-ms", "10", "--max-queue", "1024"]) as srv,
+    ):
         url = srv.url + "/v1/predict"
         ray = None
         if not args.no_ray and not quick:  # Ray needs ~2 GB and 20-40 s to start: not in the quick run
@@ -273,14 +346,23 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
                 if ray is not None:
                     theirs.append(bench.closed_loop(ray.url, payloads, args.clients, duration / rounds, warmup_s=2.0))
             r = merge_results(mine)
-            out.update(ailab_rps=r.rps, ailab_p50_ms=r.stats.p50_ms, ailab_p99_ms=r.stats.p99_ms,
-                       ailab_errors=r.errors_by_status)
+            out.update(
+                ailab_rps=r.rps,
+                ailab_p50_ms=r.stats.p50_ms,
+                ailab_p99_ms=r.stats.p99_ms,
+                ailab_errors=r.errors_by_status,
+            )
             one = bench.closed_loop(url, payloads[:1], 1, 1.5 if quick else 3.0, warmup_s=0.5)
             out["ailab_p50_ms_1_client"] = one.stats.p50_ms
             if ray is not None:
                 rr = merge_results(theirs)
-                out.update(ray_rps=rr.rps, ray_p50_ms=rr.stats.p50_ms, ray_p99_ms=rr.stats.p99_ms,
-                           ray_errors=rr.errors_by_status, replicas=ray.replicas())
+                out.update(
+                    ray_rps=rr.rps,
+                    ray_p50_ms=rr.stats.p50_ms,
+                    ray_p99_ms=rr.stats.p99_ms,
+                    ray_errors=rr.errors_by_status,
+                    replicas=ray.replicas(),
+                )
                 one = bench.closed_loop(ray.url, payloads[:1], 1, 3.0, warmup_s=0.5)
                 out["ray_p50_ms_1_client"] = one.stats.p50_ms
                 out["ray_rss_mb"], out["ray_processes"] = ray.rss_mb()
@@ -298,14 +380,31 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
             out.update({f"ailab_on_ray_{k}": v for k, v in auto.items() if k != "trace"})
 
         # Ray is gone: the sweep and the soak see only the ailab server.
-        sw = bench.sweep(url, payloads, sweep_c, slo_p99_ms=args.slo_ms, duration_s=1.5 if quick else 4.0,
-                         warmup_s=0.5 if quick else 1.0)
+        sw = bench.sweep(
+            url,
+            payloads,
+            sweep_c,
+            slo_p99_ms=args.slo_ms,
+            duration_s=1.5 if quick else 4.0,
+            warmup_s=0.5 if quick else 1.0,
+        )
         best = sw.best_within_slo or {}
-        out.update(slo_p99_ms=args.slo_ms, best_within_slo_clients=best.get("clients"),
-                   best_within_slo_rps=best.get("rps"), best_within_slo_p99_ms=best.get("p99_ms"),
-                   sweep=[{k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()} for p in sw.points()])
-        sk = bench.soak(url, payloads, duration_s=soak_min * 60, clients=8, pid=srv.pid,
-                        sample_every_s=max(1.0, soak_min * 60 / 30), warmup_s=1.0 if quick else 2.0,
-                        progress=soak_min >= 1)
+        out.update(
+            slo_p99_ms=args.slo_ms,
+            best_within_slo_clients=best.get("clients"),
+            best_within_slo_rps=best.get("rps"),
+            best_within_slo_p99_ms=best.get("p99_ms"),
+            sweep=[{k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()} for p in sw.points()],
+        )
+        sk = bench.soak(
+            url,
+            payloads,
+            duration_s=soak_min * 60,
+            clients=8,
+            pid=srv.pid,
+            sample_every_s=max(1.0, soak_min * 60 / 30),
+            warmup_s=1.0 if quick else 2.0,
+            progress=soak_min >= 1,
+        )
         out.update(sk.summary())
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
