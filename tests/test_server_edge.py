@@ -17,7 +17,7 @@ from fastapi import Request
 from ailab.generation import Decoder
 from ailab.models import tiny_gpt
 from ailab.server import create_app, start_in_thread
-from ailab.server.edge import _flat
+from ailab.server.edge import flat_routes
 from ailab.server.llm_engine import GenerationEngine
 from ailab.server.metrics import configure_json_logging
 from ailab.server.predictors import tiny_predictor
@@ -58,7 +58,7 @@ def url(app):
 
 
 def _every_route(app):
-    for route in _flat(app.routes):
+    for route in flat_routes(app.routes):
         for method in sorted(getattr(route, "methods", None) or {"GET"}):
             if method != "HEAD":
                 yield method, route.path.replace("{name}", "tiny")
@@ -185,3 +185,23 @@ def test_every_request_is_counted_by_route_and_logged_without_its_text(url):
     )
     assert (cls["route"], cls["model"], cls["input_chars"]) == ("/v1/predict", "tiny", len("my private text"))
     assert "private" not in stream.getvalue()
+
+
+def test_a_scrape_before_any_request_reads_zero_not_no_such_metric():
+    """A Recorder or Prometheus may scrape before the first request: every route's latency histogram is there,
+    at zero, and the monitoring parser reads it as no traffic (a fresh run's first scrape once failed here)."""
+    from ailab import monitoring
+
+    fresh = create_app({"tiny": tiny_predictor}, "tiny", torch_threads=1)
+    server = start_in_thread(fresh)
+    try:
+        text = httpx.get(server.url + "/metrics", timeout=10).text
+    finally:
+        server.stop()
+    snap = monitoring.parse_exposition(text)
+    assert snap.buckets and all(count == 0 for count in snap.buckets.values()), snap.buckets
+    assert sum(snap.requests.values()) == 0  # start_in_thread's readiness probes are not traffic
+    routes = {route.path for route in flat_routes(fresh.routes)}
+    assert {"/v1/predict", "/v1/completions", "/metrics"} <= routes
+    for route in routes - PROBES:  # the probes answered start_in_thread's wait for readiness
+        assert f'ailab_request_latency_seconds_count{{route="{route}"}} 0.0' in text, route

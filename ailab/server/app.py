@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException
 import ailab.server.openai_api as openai_routes
 import ailab.server.routes as routes
 from ailab.server.config import ServerConfig
-from ailab.server.edge import OPENAI_ROUTES, ServingEdge, error_response, request_id
+from ailab.server.edge import OPENAI_ROUTES, ServingEdge, error_response, flat_routes, request_id
 from ailab.server.llm_engine import GenerationMetrics
 from ailab.server.limits import ConcurrencyLimit
 from ailab.server.metrics import ServerMetrics
@@ -125,4 +125,5 @@ def create_app(
     app.add_exception_handler(HTTPException, no_such_route)
     app.include_router(routes.router)  # the handlers, each reading this state from request.app.state.ailab
     app.include_router(openai_routes.router)  # the OpenAI routes (404 with words unless a generation engine is given)
+    metrics.expect_routes(route.path for route in flat_routes(app.routes))
     return app

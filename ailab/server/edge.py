@@ -133,12 +133,12 @@ def _loopback(scope) -> bool:
         return False
 
 
-def _flat(routes: list):
+def flat_routes(routes: list):
     """Every route with a path, routers included by `include_router` opened (FastAPI keeps them nested)."""
     for route in routes:
         inner = getattr(route, "original_router", None)
         if inner is not None:
-            yield from _flat(inner.routes)
+            yield from flat_routes(inner.routes)
         elif getattr(route, "path_regex", None) is not None:
             yield route
 
@@ -155,7 +155,7 @@ class ServingEdge:
         label = self._labels.get(path)
         if label is None:
             label = UNMATCHED
-            for route in _flat(self._routes()):
+            for route in flat_routes(self._routes()):
                 if route.path_regex.match(path):
                     label = route.path
                     break

@@ -110,6 +110,12 @@ class ServerMetrics:
 
         return observe
 
+    def expect_routes(self, routes) -> None:
+        """Every route's latency histogram, at zero before its first request: a scrape (a Recorder, Prometheus) that
+        comes before any traffic reads "no requests yet", not "no such metric", and rate() starts from zero."""
+        for route in routes:
+            self.latency.labels(route)
+
     def on_request(self, status: int, seconds: float, route: str) -> None:
         children = self._children.get((route, status))
         if children is None:
