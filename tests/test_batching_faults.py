@@ -24,6 +24,7 @@ from ailab.batching import (
     QueueFullError,
 )
 from ailab.server import create_app, start_in_thread
+from test_server_helpers import PlainPredictor
 
 
 def run(coro):
@@ -144,10 +145,10 @@ def test_dead_collector_fails_pending_and_later_requests_fast():
     assert model.seen == [1, "crash"], "the requests queued behind the crash must not be computed"
 
 
-class CrashingPredictor:
+class CrashingPredictor(PlainPredictor):
     """A server predictor (no torch): answers texts, and crashes the batcher on "CRASH"."""
 
-    name, sha256, engine, n_bytes = "crashing", "0" * 64, "none", 0
+    name = "crashing"
 
     def __call__(self, texts):
         if any("CRASH" in t for t in texts):

@@ -17,14 +17,15 @@ import pytest
 
 from ailab import bench
 from ailab.server import create_app, start_in_thread
+from test_server_helpers import PlainPredictor
 
 BODY = {"inputs": "a fine film, warm and funny"}
 
 
-class TenMsModel:
+class TenMsModel(PlainPredictor):
     """texts -> one result each, 10 ms per batch: a server capacity of 100 req/s at max batch 1."""
 
-    sha256, name = "0" * 64, "ten-ms"
+    name = "ten-ms"
 
     def __call__(self, texts):
         time.sleep(0.010)

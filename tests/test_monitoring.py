@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from ailab import monitoring as M
 from ailab import services
+from test_server_helpers import PlainPredictor
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 
@@ -154,7 +155,7 @@ def test_recorder_scrapes_a_real_metrics_endpoint(tmp_path):
 def test_injected_fault_wraps_a_predictor():
     calls = []
 
-    class P:
+    class P(PlainPredictor):
         name = "p"
 
         def __call__(self, texts):

@@ -70,16 +70,17 @@ def test_bench_peers_quick_starts_every_peer_and_answers():
 def test_a_traced_predictor_is_the_predictor_plus_one_line_per_batch(tmp_path):
     from ailab.suites._peer_model import TracedPredictor
 
-    class Predictor:
-        max_length = 64
-        on_stages = None
+    from test_server_helpers import PlainPredictor
+
+    class Lengths(PlainPredictor):
+        name = "lengths"
 
         def __call__(self, texts):
             return [len(t) for t in texts]
 
-    inner, path = Predictor(), tmp_path / "batches"
+    inner, path = Lengths(), tmp_path / "batches"
     traced = TracedPredictor(inner, str(path))
-    assert traced(["ab", "c"]) == [2, 1] and traced.max_length == 64
+    assert traced(["ab", "c"]) == [2, 1] and traced.name == "lengths" and traced.count_tokens("a b") == 2
     traced.on_stages = print  # ailab's server sets its observer: it must reach the predictor
     assert inner.on_stages is print
     start, end, n = path.read_text().split()

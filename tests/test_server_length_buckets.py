@@ -15,12 +15,11 @@ LONG = ["a long, winding review that goes on about the plot, the cast, the score
 
 
 class CountingPredictor(SlowPredictor):
-    """A SlowPredictor that can count word pieces, as the server's real predictors can."""
+    """A SlowPredictor that notes the word pieces of each batch's texts."""
 
     def __init__(self, inner, batch_s: float):
         super().__init__(inner, batch_s)
         self.batches = []
-        self.count_tokens = inner.count_tokens
 
     def __call__(self, texts):
         self.batches.append([self.inner.count_tokens(t) for t in texts])
@@ -64,8 +63,14 @@ def test_the_setting_is_checked_and_reaches_the_cli():
     assert build_parser().parse_args([]).length_bucket_tokens is None
 
 
-def test_a_model_that_cannot_count_tokens_says_so_instead_of_serving_unbucketed():
-    app = create_app({"tiny": lambda: SlowPredictor(tiny(0), batch_s=0.0)}, "tiny", length_bucket_tokens=16)
+def test_a_model_that_is_not_a_predictor_says_what_it_lacks_instead_of_serving():
+    """A bare function of texts cannot count word pieces (length buckets need it), name its weights or be warmed
+    up: the load fails, and /readyz says what it lacks."""
+
+    def bare(texts):
+        return [{"label": "ok"} for _ in texts]
+
+    app = create_app({"tiny": lambda: bare}, "tiny", length_bucket_tokens=16)
     with start_in_thread(app, wait_ready=False) as handle:
         with httpx.Client(timeout=30) as client:
             for _ in range(200):
@@ -73,4 +78,5 @@ def test_a_model_that_cannot_count_tokens_says_so_instead_of_serving_unbucketed(
                 if "count_tokens" in r.text:
                     break
                 asyncio.run(asyncio.sleep(0.05))
-    assert r.status_code == 503 and "count_tokens" in r.json()["reason"], r.text
+    reason = r.json()["reason"]
+    assert r.status_code == 503 and "is not a Predictor" in reason and "count_tokens" in reason, r.text

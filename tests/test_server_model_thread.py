@@ -10,17 +10,17 @@ import pytest
 
 from ailab.server import create_app, start_in_thread
 from ailab.server.registry import ModelLoadError, ModelRegistry
+from ailab.server.predictor import Delegating
 from test_server_helpers import tiny
 
 TEXTS = ["a wonderful, moving film", "dull and far too long"]
 
 
-class ThreadRecorder:
+class ThreadRecorder(Delegating):
     """A predictor that notes which thread loaded it, warmed it up and ran each batch."""
 
     def __init__(self):
-        inner = tiny(0)
-        self.inner, self.name, self.sha256, self.n_bytes = inner, inner.name, inner.sha256, inner.n_bytes
+        super().__init__(tiny(0))
         self.threads = {"load": {threading.get_ident()}, "warmup": set(), "verify": set(), "batch": set()}
 
     def __call__(self, texts):

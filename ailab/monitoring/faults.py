@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import time
 
+from ailab.server.predictor import Delegating
 
-class InjectedSlowdown:
+
+class InjectedSlowdown(Delegating):
     """Wrap a server predictor to inject faults: while `delay_s` > 0 every batch first sleeps that long;
-    while `fail` is set every batch raises (the model "is unavailable").
+    while `fail` is set every batch raises (the model "is unavailable"). The rest is the predictor's own.
 
     A fault drill: alerts and fallbacks are only trusted once they have been seen to work on a real fault.
     """
 
     def __init__(self, predictor):
-        self.predictor, self.delay_s, self.fail = predictor, 0.0, False
+        super().__init__(predictor)
+        self.delay_s, self.fail = 0.0, False
 
     def __call__(self, texts):
         if self.fail:
             raise RuntimeError("injected fault: the model is unavailable")
         if self.delay_s > 0:
             time.sleep(self.delay_s)
-        return self.predictor(texts)
-
-    def __getattr__(self, name):  # name, sha256, warmup, verify, n_bytes: the wrapped predictor's
-        return getattr(self.predictor, name)
+        return self.inner(texts)

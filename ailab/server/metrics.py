@@ -86,12 +86,9 @@ class ServerMetrics:
         and from now on (not during warm-up: those batches are not traffic) its per-stage times."""
         self.model_load.labels(entry.name).set(entry.load_seconds)
         self.model_warmup.labels(entry.name).set(entry.warmup_seconds)
-        engine = getattr(entry.predictor, "engine", None)
-        if engine is not None:
-            asked = "auto" if getattr(entry.predictor, "engine_choice", None) else engine
-            self.engine.labels(entry.name, engine, asked).set(1)
-        if hasattr(entry.predictor, "on_stages"):
-            entry.predictor.on_stages = self.stage_observer(entry.name)
+        engine = entry.predictor.engine
+        self.engine.labels(entry.name, engine, "auto" if entry.predictor.engine_choice else engine).set(1)
+        entry.predictor.on_stages = self.stage_observer(entry.name)
 
     def on_batch(self, size: int, waits_ms: list, compute_s: float) -> None:
         self.batch_size.observe(size)

@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ailab.batching import length_bucket
-from ailab.batching import DynamicBatcher
+from ailab.batching import DynamicBatcher, length_bucket
+from ailab.server.predictor import Predictor, require_predictor
 
 
 class UnknownModelError(KeyError):
@@ -41,7 +41,7 @@ class SwapRefusedError(RuntimeError):
 @dataclass
 class LoadedModel:
     name: str
-    predictor: object
+    predictor: Predictor
     batcher: DynamicBatcher
     version: int
     load_seconds: float
@@ -55,7 +55,7 @@ class LoadedModel:
 
     @property
     def n_bytes(self) -> int:
-        return int(getattr(self.predictor, "n_bytes", 0))
+        return int(self.predictor.n_bytes)
 
     def describe(self) -> dict:
         return {
@@ -63,7 +63,7 @@ class LoadedModel:
             "model": self.predictor.name,
             "sha256": self.sha256,
             "version": self.version,
-            "engine": getattr(self.predictor, "engine", "?"),
+            "engine": self.predictor.engine,
             "bytes": self.n_bytes,
             "load_seconds": round(self.load_seconds, 3),
             "warmup_seconds": round(self.warmup_seconds, 3),
@@ -164,15 +164,14 @@ class ModelRegistry:
             model_thread.shutdown(wait=False)
             raise ModelLoadError(f"loading model {name!r} failed: {type(e).__name__}: {e}") from e
         load_s = time.perf_counter() - t0
+        try:
+            require_predictor(predictor, f"model {name!r}")
+        except TypeError as e:
+            model_thread.shutdown(wait=False)
+            raise ModelLoadError(str(e)) from None
         kw = dict(self.batcher_kwargs)
         width = kw.pop("length_bucket_tokens", None)
         if width is not None:
-            if not callable(getattr(predictor, "count_tokens", None)):
-                model_thread.shutdown(wait=False)
-                raise ModelLoadError(
-                    f"model {name!r} cannot count its word pieces (no count_tokens), so "
-                    f"length_bucket_tokens={width} cannot bucket its texts; unset it for this model"
-                )
             kw["bucket_fn"] = length_bucket(width, predictor.count_tokens)
         try:
             batcher = DynamicBatcher(
@@ -183,9 +182,9 @@ class ModelRegistry:
             raise
         try:
             warm_s = 0.0
-            if verify and hasattr(predictor, "verify"):
+            if verify:
                 await batcher.run_in_worker(predictor.verify)
-            if self.warmup and hasattr(predictor, "warmup"):
+            if self.warmup:
                 warm_s = await batcher.run_in_worker(predictor.warmup, batcher.max_batch_size)
         except Exception as e:
             await batcher.close(drain=False)

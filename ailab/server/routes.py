@@ -151,8 +151,8 @@ async def healthz(request: Request) -> Response:
             "ready": state.ready,
             "model": entry.predictor.name if entry else None,
             "model_sha256": entry.sha256 if entry else None,
-            "engine": getattr(entry.predictor, "engine", None) if entry else None,
-            "engine_choice": getattr(entry.predictor, "engine_choice", None) if entry else None,
+            "engine": entry.predictor.engine if entry else None,
+            "engine_choice": entry.predictor.engine_choice if entry else None,
             "models_loaded": sorted(registry.loaded),
             "generation_model": generation.name if generation else None,
             "rss_bytes": state.rss(),
@@ -176,7 +176,9 @@ async def readyz(request: Request) -> Response:
     if state.generation is not None and not state.generation.healthy:
         dead.append(f"generation: {state.generation.dead_reason}")
     if state.ready and not dead:
-        return _json({"ready": True, "model": state.registry.default or getattr(state.generation, "name", None)})
+        return _json(
+            {"ready": True, "model": state.registry.default or (state.generation.name if state.generation else None)}
+        )
     reason = (
         "; ".join(dead) + " (restart the server or swap the model)"
         if dead

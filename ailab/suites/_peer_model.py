@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import time
 
+from ailab.server.predictor import Delegating
+
 
 def load():
     """The predictor every peer serves, warmed at its batch sizes; traced when AILAB_PEER_TRACE names a file."""
@@ -18,29 +20,23 @@ def load():
     return TracedPredictor(predictor, trace) if trace else predictor
 
 
-class TracedPredictor:
+class TracedPredictor(Delegating):
     """The predictor, appending one line per batch to a file: its start and end (time.monotonic, one clock for
     every process on the machine) and its size. Read with read_trace: whatever the server around it, the
     suite sees how busy the model was and how long it sat idle between batches.
 
-    Everything but the call goes to the predictor itself (attributes read and set: ailab's server sets its
-    stage observer on it), so each server does the same work it does untraced, plus one short write a batch."""
+    Everything but the call is the predictor's own (ailab's server sets its stage observer on it, and it
+    reaches the predictor), so each server does the same work it does untraced, plus one short write a batch."""
 
     def __init__(self, predictor, path: str):
-        object.__setattr__(self, "_predictor", predictor)
-        object.__setattr__(self, "_file", open(path, "a", buffering=1))  # a line is written whole, at once
+        super().__init__(predictor)
+        self._file = open(path, "a", buffering=1)  # a line is written whole, at once
 
     def __call__(self, texts):
         start = time.monotonic()
-        out = self._predictor(texts)
+        out = self.inner(texts)
         self._file.write(f"{start:.6f} {time.monotonic():.6f} {len(texts)}\n")
         return out
-
-    def __getattr__(self, name):
-        return getattr(self._predictor, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._predictor, name, value)
 
 
 NO_TRACE = {"model_busy": None, "batch_mean": None, "gap_ms_p50": None}  # too few batches, or not traced
