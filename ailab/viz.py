@@ -78,7 +78,7 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, subtitle: st
         legend={"orientation": "h", "y": -0.2},
     )
     if log_x:
-        fig.update_xaxes(**log_axis([x for t in fig.data if t.yaxis in (None, "y", "y2") for x in (t.x or ())]))
+        fig.update_xaxes(**log_axis([x for t in fig.data for x in (t.x or ())]))
     if log_y:
         fig.update_yaxes(**log_axis([y for t in fig.data if t.yaxis in (None, "y") for y in (t.y or ())]))
     return fig

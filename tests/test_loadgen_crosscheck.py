@@ -6,10 +6,7 @@ on a loaded 2-core machine. How much CPU each generator needs to drive a CPU-bou
 question (`ailab bench serving`, `ailab bench peers`), not a unit test's.
 """
 
-import json
-import re
 import shutil
-import subprocess
 import time
 
 import numpy as np
@@ -33,29 +30,12 @@ class TenMsModel(PlainPredictor):
 
 
 def hey_rps(url: str, clients: int, seconds: float) -> float:
-    out = subprocess.run(
-        [
-            "hey",
-            "-z",
-            f"{seconds}s",
-            "-c",
-            str(clients),
-            "-m",
-            "POST",
-            "-T",
-            "application/json",
-            "-d",
-            json.dumps(BODY),
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 30,
-    )
-    m = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
-    assert m, f"hey printed no throughput: {out.stdout[-500:]} {out.stderr[-500:]}"
-    assert "[200]" in out.stdout and not re.search(r"\[(4|5)\d\d\]", out.stdout), out.stdout[-800:]
-    return float(m.group(1))
+    """hey's req/s through the peers suite's own runner; every answer must be a 200."""
+    from ailab.suites.peers import run_hey
+
+    r = run_hey(url, BODY, clients, seconds)
+    assert r["n"] > 0 and r["errors"] == 0, r
+    return r["rps"]
 
 
 @pytest.mark.skipif(
