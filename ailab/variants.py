@@ -1,6 +1,7 @@
 """Every way the engine can run the course's sentiment model, measured side by side, and the auto choice.
 
-    variants = build_variants(trained)               # name -> Variant (a Runner, how long it took to build)
+    variant = build_variant(trained, "ort_plain")     # a Runner, its texts -> labels classifier, its build time
+    variants = build_variants(trained)               # every variant by name
     rows = compare_variants(variants, trained)       # latency at batch 1 and 32 (interleaved), accuracy, gate
     best = choose(rows)                              # the fastest at batch 32 that passes the accuracy gate
 
@@ -41,6 +42,7 @@ from ailab.engine import (
     ClassifierWithEmbedding,
     OnnxRunner,
     Runner,
+    TextClassifierRunner,
     TorchRunner,
     text_input_spec,
     sentiment_onnx,
@@ -83,7 +85,8 @@ class Variant:
     name: str
     runner: Runner
     build_seconds: float  # export, optimise, quantize or compile: what this variant cost before its first answer
-    path: Path | None = None
+    classifier: TextClassifierRunner  # texts -> labels through this runner, each stage timed
+    path: Path | None = None  # the ONNX file an ONNX Runtime variant runs
 
     @property
     def about(self) -> str:
@@ -223,45 +226,54 @@ def _compiled_runner(model) -> TorchRunner:
     return runner
 
 
-def build_variants(trained, names: Sequence[str] = tuple(VARIANTS), threads: int | None = None) -> dict[str, Variant]:
-    """Build each named variant of `trained` (an ailab.models.TrainedClassifier) and time what it took.
+def build_variant(
+    trained, name: str, threads: int | None = None, device: str = "cpu", max_length: int = SEQ
+) -> Variant:
+    """The course's sentiment model (`trained`, an ailab.models.TrainedClassifier) on engine variant `name`,
+    timed: the one factory every caller goes through (the server's --engine, the benches, the notebooks).
     Files are cached under cache_dir()/onnx, so a second build reuses them (and says so in build_seconds).
-    threads: ONNX Runtime's intra-op threads (None: its default, one per physical core)."""
+    threads: ONNX Runtime's intra-op threads (None: its default, one per physical core).
+    device: where a torch variant runs (the ONNX Runtime variants run on the CPU)."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown engine variant {name!r}; choose from {list(VARIANTS)}")
+    model, config = trained.model.eval(), trained.model.encoder.config
+    t0, path = time.perf_counter(), None
+    if name == "torch_eager":
+        runner: Runner = TorchRunner(
+            ClassifierWithEmbedding(model), text_input_spec(), name="torch-eager", device=device
+        )
+    elif name == "torch_compile":
+        runner = _compiled_runner(model)
+    else:
+        if name == "ort_plain":
+            path = sentiment_onnx(model, SEQ)
+        elif name == "ort_int8_dynamic":
+            path = quantize_dynamic_int8(sentiment_onnx(model, SEQ))
+        elif name == "ort_int8_static":
+            src = sentiment_onnx(model, SEQ)
+            path = src.with_name(f"{src.stem}.int8-static-matmul.onnx")
+            if not path.exists():
+                reader = calibration_reader(trained.encoder.tokenizer, trained.split.X_train)
+                # MatMuls and the embedding table only, per channel. Measured: with every op quantized
+                # (LayerNorm, Softmax, the pooled output too) the embedding kept a cosine of 0.32 to FP32
+                path = quantize_static_int8(
+                    src, reader, path, method="minmax", per_channel=True, op_types=["MatMul", "Gather"]
+                )
+        else:  # the fused graph, and that graph quantized
+            path = fuse_transformer(export_for_fusion(model), config.num_attention_heads, config.hidden_size)
+            if name == "ort_fused_int8":
+                path = quantize_dynamic_int8(path)
+        runner = OnnxRunner(path, threads=threads, name=name.replace("_", "-"))
+    classifier = TextClassifierRunner(runner, trained.encoder.tokenizer, max_length, trained.split.classes)
+    return Variant(name, runner, time.perf_counter() - t0, classifier, path)
+
+
+def build_variants(trained, names: Sequence[str] = tuple(VARIANTS), threads: int | None = None) -> dict[str, Variant]:
+    """build_variant for each name, every name checked before the first (slow) build starts."""
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
-    model, config = trained.model.eval(), trained.model.encoder.config
-    out: dict[str, Variant] = {}
-    for name in names:
-        t0, path = time.perf_counter(), None
-        if name == "torch_eager":
-            runner: Runner = TorchRunner(
-                ClassifierWithEmbedding(model), text_input_spec(), name="torch-eager", device="cpu"
-            )
-        elif name == "torch_compile":
-            runner = _compiled_runner(model)
-        else:
-            if name == "ort_plain":
-                path = sentiment_onnx(model, SEQ)
-            elif name == "ort_int8_dynamic":
-                path = quantize_dynamic_int8(sentiment_onnx(model, SEQ))
-            elif name == "ort_int8_static":
-                src = sentiment_onnx(model, SEQ)
-                path = src.with_name(f"{src.stem}.int8-static-matmul.onnx")
-                if not path.exists():
-                    reader = calibration_reader(trained.encoder.tokenizer, trained.split.X_train)
-                    # MatMuls and the embedding table only, per channel. Measured: with every op quantized
-                    # (LayerNorm, Softmax, the pooled output too) the embedding kept a cosine of 0.32 to FP32
-                    path = quantize_static_int8(
-                        src, reader, path, method="minmax", per_channel=True, op_types=["MatMul", "Gather"]
-                    )
-            else:  # the fused graph, and that graph quantized
-                path = fuse_transformer(export_for_fusion(model), config.num_attention_heads, config.hidden_size)
-                if name == "ort_fused_int8":
-                    path = quantize_dynamic_int8(path)
-            runner = OnnxRunner(path, threads=threads, name=name.replace("_", "-"))
-        out[name] = Variant(name, runner, time.perf_counter() - t0, path)
-    return out
+        raise ValueError(f"unknown engine variant(s) {unknown}; choose from {list(VARIANTS)}")
+    return {name: build_variant(trained, name, threads) for name in names}
 
 
 # ----------------------------------------------------------------------------- measuring and choosing

@@ -144,7 +144,8 @@ class ResultCache:
 @dataclass
 class BatchWorker:
     """Takes jobs from the Redis list in batches (up to `max_batch`, waiting at most `max_wait_ms` after the
-    first) and runs `predict(texts) -> list[dict]` once per batch.
+    first) and runs `predict(texts)` once per batch: one JSON-able answer per text (the course's predictor,
+    ailab.server.sentiment_predictor, answers a TextLabel each) or an exception for that text alone.
 
     A batch whose `predict` raises is retried one job at a time, so one bad input fails alone. Jobs wait
     in this worker's processing list until their answers are stored; if the worker dies first, its
@@ -313,16 +314,3 @@ class QueueClient:
 
     def depth(self) -> int:
         return int(self.redis_client.llen(self.queue))
-
-
-def classifier_predict(model, encoder, max_length: int = 64) -> Callable[[list[str]], list[dict]]:
-    """predict(texts) for a (input_ids, attention_mask) -> (B, 2) logits classifier, one forward per batch."""
-    import torch
-
-    @torch.inference_mode()
-    def predict(texts: list[str]) -> list[dict]:
-        enc = encoder.tokenize(texts, max_length)
-        probs = torch.softmax(model(**enc), dim=-1)  # (B, 2)
-        return [{"label": int(p.argmax()), "p_positive": round(float(p[1]), 4)} for p in probs]
-
-    return predict

@@ -261,18 +261,27 @@ def test_bench_engine_variants_flag():
         suite.parse_args(["--variants", "tensorrt"])
 
 
-def test_sentiment_runner_for_the_server():
+def test_one_factory_builds_the_sentiment_model_on_every_engine():
+    """ailab.variants.build_variant is the only way to get the sentiment model on an engine: its runner and its
+    texts -> labels classifier answer alike on torch, ONNX Runtime and INT8; the old short names are gone."""
+    from ailab import variants as V
+    from ailab.server import sentiment_predictor
+
     trained = models.sentiment_classifier()
     texts = ["A wonderful, moving film with brilliant performances.", "A dull, tedious mess that wastes its cast."]
-    for backend, precision in (("onnx", "int8"), ("onnx", "fp32"), ("torch", "fp32")):
-        clf = engine.sentiment_runner(backend, precision, trained=trained)
-        probs, timings = clf.predict_texts(texts)
-        assert clf.precision == precision and probs.shape == (2, 2) and timings.batch_size == 2
-        assert clf.predict(texts).labels == ["positive", "negative"], (backend, precision)
-    with pytest.raises(ValueError, match="backend"):
-        engine.sentiment_runner("tensorrt", trained=trained)
-    with pytest.raises(ValueError, match="precision"):
-        engine.sentiment_runner("onnx", "fp16", trained=trained)
+    for name in ("torch_eager", "ort_plain", "ort_int8_dynamic"):
+        v = V.build_variant(trained, name)
+        assert v.name == name and v.classifier.runner is v.runner and v.build_seconds > 0
+        pred = v.classifier.predict(texts)
+        assert pred.labels == ["positive", "negative"] and pred.probs.shape == (2, 2), name
+        assert [r["label"] for r in pred.results()] == pred.labels, name
+        assert (v.path is None) == name.startswith("torch"), name
+    for old in ("torch", "onnx", "int8", "tensorrt"):
+        with pytest.raises(ValueError, match="choose from"):
+            V.build_variant(trained, old)
+        with pytest.raises(ValueError, match="choose one of"):
+            sentiment_predictor(old, trained=trained)
+    assert not hasattr(engine, "sentiment_runner")
 
 
 def test_a_slow_tokenizer_classifies_and_reports_truncation_like_a_fast_one(tiny):

@@ -105,7 +105,12 @@ def test_sentiment_classifier_beats_chance_and_predicts(enc):
     majority = max(clf.split.y_test.mean(), 1 - clf.split.y_test.mean())
     assert clf.test_accuracy > majority + 0.15
     rows = models.predict_sentiment(clf, ["A wonderful, moving film.", "A dull, tedious mess.", "   "])
-    assert [r["label"] for r in rows] == ["positive", "negative"]
+    assert len(rows) == 3, "one answer per text given, in order: a caller zips them with its texts"
+    assert [r["label"] for r in rows[:2]] == ["positive", "negative"]
+    assert all(set(r) == set(models.TextLabel.__annotations__) for r in rows)
+    assert rows[0]["score"] == max(rows[0]["probs"]) and abs(sum(rows[0]["probs"]) - 1) < 1e-5
+    long = " ".join(["wonderful"] * 100)
+    assert [r["truncated"] for r in models.predict_sentiment(clf, ["fine", long], max_length=16)] == [False, True]
     logits = clf.model(**enc.tokenize(["fine"]))
     assert logits.shape == (1, 2)
 
@@ -113,3 +118,19 @@ def test_sentiment_classifier_beats_chance_and_predicts(enc):
 def test_embed_rejects_a_bare_string(enc):
     with pytest.raises(TypeError, match="list of texts"):
         enc.embed("just one")
+
+
+def test_text_labels_is_one_row_per_text_with_every_field_checked():
+    from ailab.models import text_labels
+
+    probs = np.array([[0.2, 0.8], [0.9, 0.1], [0.5, 0.5]])  # (3, 2), the last a tie
+    rows = text_labels(probs, ["negative", "positive"], [False, True, False])
+    assert [r["label"] for r in rows] == ["positive", "negative", "negative"]  # a tie goes to the first class
+    assert [r["score"] for r in rows] == [0.8, 0.9, 0.5]
+    assert rows[1]["probs"] == [0.9, 0.1] and [r["truncated"] for r in rows] == [False, True, False]
+    assert text_labels(np.array([[1 / 3, 2 / 3]]), ["a", "b"])[0]["probs"] == [0.333333, 0.666667]
+    assert text_labels(np.zeros((0, 2)), ["a", "b"]) == []
+    with pytest.raises(ValueError, match="3 classes"):
+        text_labels(probs, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="2 truncation flags for 3"):
+        text_labels(probs, ["a", "b"], [False, True])

@@ -46,9 +46,9 @@ def test_every_predictor_passes_the_protocol_check(tiny, tmp_path):
 def test_the_course_sentiment_predictor_passes_it_too():
     from ailab.server.predictors import sentiment_predictor
 
-    p = sentiment_predictor("torch")
+    p = sentiment_predictor("torch_eager")
     assert missing_members(p) == [] and isinstance(p, Predictor)
-    assert p.engine == "torch" and p.engine_choice is None and p.n_bytes > 20e6 and len(p.sha256) == 64
+    assert p.engine == "torch_eager" and p.engine_choice is None and p.n_bytes > 20e6 and len(p.sha256) == 64
 
 
 def test_a_wrapper_is_its_predictor_but_for_what_it_changes(tiny, tmp_path):

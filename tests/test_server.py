@@ -279,7 +279,7 @@ def test_logs_are_json_lines_without_raw_input():
 
 def test_config_and_cli_defaults_are_safe():
     args = build_parser().parse_args([])
-    assert args.host == "127.0.0.1" and args.port == 8000 and args.engine == "torch"
+    assert args.host == "127.0.0.1" and args.port == 8000 and args.engine == "torch_eager"
     with pytest.raises(ValueError, match="too_long"):
         ServerConfig(too_long="drop")
     with pytest.raises(ValueError, match="max_queue"):

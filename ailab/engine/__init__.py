@@ -4,7 +4,8 @@ parity check, and a text classifier with per-stage timing.
 - runners.py  InputSpec, check_batch, Runner, TorchRunner, OnnxRunner
 - export.py   export_onnx (dynamic axes + parity), ExportResult, ExportParityError
 - int8.py     quantize_dynamic_int8 (ONNX Runtime dynamic INT8; ailab.quantize re-exports it)
-- text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx/sentiment_runner
+- text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx (every engine for the
+              sentiment model is built by ailab.variants.build_variant)
 """
 
 from ailab.engine.runners import (
@@ -37,7 +38,6 @@ from ailab.engine.text import (
     compare_tokenizers,
     weights_key,
     sentiment_onnx,
-    sentiment_runner,
 )
 
 __all__ = [
@@ -66,5 +66,4 @@ __all__ = [
     "compare_tokenizers",
     "weights_key",
     "sentiment_onnx",
-    "sentiment_runner",
 ]

@@ -1,5 +1,6 @@
 """A text classifier with per-stage timing (tokenize / forward / post-process), the slow vs fast
-tokenizer comparison, and the course's sentiment model ready to serve (topics E1, E5).
+tokenizer comparison, and the course's sentiment model exported for ONNX Runtime (topics E1, E5). Every way to
+run that model (PyTorch, ONNX Runtime, INT8, fused) is built in one place: ailab.variants.build_variant.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from ailab.models.labels import TextLabel, text_labels, truncation_flags
 from ailab.timing import LatencyStats, latency_stats
 
 from ailab.engine.export import export_onnx
-from ailab.engine.int8 import quantize_dynamic_int8
-from ailab.engine.runners import InputSpec, OnnxRunner, Runner, TorchRunner
+from ailab.engine.runners import InputSpec, Runner
 
 
 class ClassifierWithEmbedding(nn.Module):
@@ -77,6 +78,11 @@ class TextPrediction:
     truncated: list[bool] = field(default_factory=list)  # (N,) one per text given: cut to max_length?
     kept: list[int] = field(default_factory=list)  # (K,) which of the N texts the rows are (all, unless
     # drop_truncated removed some)
+    classes: list[str] = field(default_factory=list)
+
+    def results(self) -> list[TextLabel]:
+        """One TextLabel per row that was run (the K kept texts, in order)."""
+        return text_labels(self.probs, self.classes, [self.truncated[i] for i in self.kept])
 
 
 def int64_inputs(enc) -> dict[str, np.ndarray]:
@@ -123,12 +129,7 @@ class TextClassifierRunner:
         enc = self.tokenizer(
             list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="np"
         )
-        batch = int64_inputs(enc)
-        if enc.encodings is not None:  # a fast (Rust) tokenizer kept what it cut off
-            return batch, [bool(e.overflowing) for e in enc.encodings]
-        # A slow (Python) tokenizer does not say: only a row that fills max_length can have been cut.
-        full = batch["attention_mask"].sum(-1) >= self.max_length  # (B,)
-        return batch, [bool(f) and len(self.tokenizer(t)["input_ids"]) > self.max_length for f, t in zip(full, texts)]
+        return int64_inputs(enc), truncation_flags(self.tokenizer, enc, texts, self.max_length)
 
     def predict(self, texts: Sequence[str], drop_truncated: bool = False) -> TextPrediction:
         """Tokenize, forward, softmax, each stage timed. drop_truncated: texts over max_length are not run
@@ -146,7 +147,7 @@ class TextClassifierRunner:
         labels = [self.classes[i] for i in ids]
         t3 = time.perf_counter()
         timings = StageTimings(len(texts), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
-        return TextPrediction(probs, ids, labels, timings, truncated, kept)
+        return TextPrediction(probs, ids, labels, timings, truncated, kept, self.classes)
 
     __call__ = predict
 
@@ -251,36 +252,6 @@ def sentiment_onnx(classifier=None, max_length: int = 64) -> Path:
         export_onnx(ClassifierWithEmbedding(classifier), sample, tmp, output_names=("logits", "sentence_embedding"))
         os.replace(tmp, path)  # atomic: a reader never sees half a file
     return path
-
-
-def sentiment_runner(
-    backend: str = "onnx", precision: str = "fp32", threads: int | None = None, max_length: int = 64, trained=None
-) -> TextClassifierRunner:
-    """A ready TextClassifierRunner for the course's sentiment model.
-
-    backend='torch' (precision fp32/fp16/bf16) or 'onnx' (fp32, or int8 = dynamic INT8 via ailab.quantize).
-    `trained` is an ailab.models.TrainedClassifier to reuse (saves loading it again).
-    """
-    from ailab.models import sentiment_classifier
-
-    if backend not in ("torch", "onnx"):
-        raise ValueError(f"backend={backend!r}; choose 'torch' or 'onnx'")
-    trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
-    tok, classes = trained.encoder.tokenizer, trained.split.classes
-    if backend == "torch":
-        if threads is not None:
-            torch.set_num_threads(threads)
-        runner = TorchRunner(
-            trained.model, text_input_spec(), name=f"torch-sentiment-{precision}", device="cpu", precision=precision
-        )
-        return TextClassifierRunner(runner, tok, max_length, classes)
-    if precision not in ("fp32", "int8"):
-        raise ValueError(f"precision={precision!r} for backend='onnx'; choose 'fp32' or 'int8'")
-    path = sentiment_onnx(trained.model, max_length)
-    if precision == "int8":
-        path = quantize_dynamic_int8(path)
-    runner = OnnxRunner(path, threads=threads, name=f"onnx-sentiment-{precision}")
-    return TextClassifierRunner(runner, tok, max_length, classes)
 
 
 STAGES = ("tokenize", "forward", "postprocess")

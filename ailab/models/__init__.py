@@ -14,6 +14,7 @@ is refused with an error naming the file and both hashes (topic E6).
 - encoders.py  `Encoder`: MiniLM and tiny_bert with their tokenizer
 - decoders.py  tiny_gpt
 - heads.py     classifiers trained here (sentiment, digits)
+- labels.py    TextLabel: what a text classifier answers per text, the one shape every caller reads
 """
 
 from ailab.models.decoders import TINY_GPT_SIZES, tiny_gpt
@@ -27,6 +28,7 @@ from ailab.models.heads import (
     sentiment_classifier,
     train_linear_head,
 )
+from ailab.models.labels import TextLabel, text_labels, truncation_flags
 from ailab.models.weights import (
     MINILM_WHEEL,
     TRUSTED_SHA256,
@@ -50,6 +52,7 @@ __all__ = [
     "MeanPoolEncoder",
     "SentimentClassifier",
     "TINY_GPT_SIZES",
+    "TextLabel",
     "TRUSTED_SHA256",
     "TrainedClassifier",
     "WeightsIntegrityError",
@@ -68,8 +71,10 @@ __all__ = [
     "save_state_dict",
     "sentiment_classifier",
     "sha256_of",
+    "text_labels",
     "tiny_bert",
     "tiny_gpt",
     "train_linear_head",
+    "truncation_flags",
     "verify_file",
 ]

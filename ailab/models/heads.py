@@ -14,6 +14,7 @@ from torch import nn
 
 from ailab import data
 from ailab.models.encoders import Encoder, MeanPoolEncoder, load_encoder
+from ailab.models.labels import TextLabel, text_labels, truncation_flags
 from ailab.models.weights import cache_dir
 
 
@@ -103,15 +104,13 @@ def digits_mlp(hidden: int = 128, epochs: int = 60, seed: int = 0) -> TrainedCla
 
 
 @torch.inference_mode()
-def predict_sentiment(clf: TrainedClassifier, texts: list[str], max_length: int = 64) -> list[dict]:
-    """[{"text", "label", "p_positive"}] for each text: the tour's widget calls this."""
+def predict_sentiment(clf: TrainedClassifier, texts: list[str], max_length: int = 64) -> list[TextLabel]:
+    """One TextLabel ({label, score, probs, truncated}) per text, in order: the tour's widget calls this."""
     if isinstance(texts, str):
-        texts = [texts]
-    texts = [t for t in texts if t.strip()]
+        raise TypeError("predict_sentiment() takes a list of texts; wrap a single text as [text]")
     if not texts:
         return []
-    probs = torch.softmax(clf.model(**clf.encoder.tokenize(texts, max_length)), dim=-1)  # (B, 2)
-    return [
-        {"text": t, "label": clf.split.classes[int(p.argmax())], "p_positive": float(p[1])}
-        for t, p in zip(texts, probs)
-    ]
+    tok = clf.encoder.tokenizer
+    enc = tok(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    probs = torch.softmax(clf.model(enc["input_ids"], enc["attention_mask"]), dim=-1)  # (B, 2)
+    return text_labels(probs.numpy(), clf.split.classes, truncation_flags(tok, enc, texts, max_length))

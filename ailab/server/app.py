@@ -42,7 +42,7 @@ from ailab.server.registry import ModelRegistry
 from ailab.server.state import ServerState
 
 
-def default_models(engine: str = "torch", too_long: str = "truncate") -> tuple[dict[str, Callable], str]:
+def default_models(engine: str = "torch_eager", too_long: str = "truncate") -> tuple[dict[str, Callable], str]:
     from ailab.server.predictors import sentiment_predictor
 
     return {"sentiment": lambda: sentiment_predictor(engine, too_long=too_long)}, "sentiment"

@@ -13,7 +13,7 @@ class Predictor(Protocol):
     name: str  # what /healthz, /v1/models and /metrics call it
     sha256: str  # the identity of the weights it serves (the ONNX file's hash where a session runs one)
     n_bytes: int  # its weights in memory: the registry's memory budget counts them
-    engine: str  # what runs it: "torch", "onnx", "int8", or a variant's name (ailab.variants)
+    engine: str  # what runs it: a variant's name (ailab.variants.VARIANTS)
     engine_choice: dict | None  # engine "auto": what start-up measured and picked; None otherwise
     on_stages: Callable | None  # set by the metrics: called with each batch's StageTimings on the worker thread
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
 from ailab.engine.text import StageTimings, TextClassifierRunner
+from ailab.models.labels import TextLabel
 from ailab.memory.estimate import param_bytes
 
 
@@ -32,17 +33,8 @@ def state_sha256(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def torch_classifier(model: nn.Module, tokenizer, max_length: int, classes: Sequence[str]) -> TextClassifierRunner:
-    """The model on the best device (cuda -> mps -> cpu) behind a TorchRunner, as a timed text classifier."""
-    from ailab.device import pick_device
-    from ailab.engine import TorchRunner
-
-    runner = TorchRunner(model, name=f"torch-{type(model).__name__}", device=pick_device())
-    return TextClassifierRunner(runner, tokenizer, max_length, classes)
-
-
 class TextClassifierPredictor:
-    """texts -> [{"label", "score", "probs", "truncated"} | InputTooLongError], one batch at a time.
+    """texts -> [TextLabel | InputTooLongError] (ailab.models.labels), one batch at a time.
 
     The work is the engine's TextClassifierRunner (tokenize, forward, softmax, each stage timed); this
     adds what serving needs: per-text results and refusals, identity (name, weights SHA-256, bytes),
@@ -59,7 +51,7 @@ class TextClassifierPredictor:
         name: str,
         sha256: str,
         too_long: str = "truncate",
-        engine: str = "torch",
+        engine: str = "torch_eager",
         n_bytes: int = 0,
         load_seconds: float = 0.0,
         engine_choice: dict | None = None,
@@ -80,7 +72,7 @@ class TextClassifierPredictor:
         """Word pieces this text costs in a batch (after truncation): what padding is measured in."""
         return len(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
 
-    def __call__(self, texts: list[str]) -> list:
+    def __call__(self, texts: list[str]) -> list[TextLabel | InputTooLongError]:
         pred = self.clf.predict(list(texts), drop_truncated=self.too_long == "reject")
         if self.on_stages is not None:
             self.on_stages(pred.timings)
@@ -92,14 +84,8 @@ class TextClassifierPredictor:
             )
             for _ in texts
         ]
-        for p, i in zip(pred.probs, pred.kept):  # p: (C,)
-            k = int(p.argmax())
-            out[i] = {
-                "label": self.labels[k],
-                "score": round(float(p[k]), 6),
-                "probs": [round(float(x), 6) for x in p],
-                "truncated": pred.truncated[i],
-            }
+        for i, label in zip(pred.kept, pred.results()):
+            out[i] = label
         return out
 
     def warmup(self, max_batch_size: int = 32) -> float:
@@ -129,58 +115,60 @@ def tiny_predictor(seed: int = 0, max_length: int = 64, too_long: str = "truncat
     enc = tiny_bert(seed=seed)
     torch.manual_seed(seed)
     model = SentimentClassifier(enc.model, nn.Linear(enc.model.config.hidden_size, 2)).eval()
-    clf = torch_classifier(model, enc.tokenizer, max_length, ["negative", "positive"])
+    from ailab.device import pick_device
+    from ailab.engine import TorchRunner
+
+    runner = TorchRunner(model, name="torch-tiny-bert", device=pick_device())
+    clf = TextClassifierRunner(runner, enc.tokenizer, max_length, ["negative", "positive"])
     return TextClassifierPredictor(
-        clf, f"tiny-seed{seed}", state_sha256(model), too_long, "torch", param_bytes(model), time.perf_counter() - t0
+        clf,
+        f"tiny-seed{seed}",
+        state_sha256(model),
+        too_long,
+        "torch_eager",
+        param_bytes(model),
+        time.perf_counter() - t0,
     )
 
 
-ENGINES = ("torch", "onnx", "int8", "auto")
-
-
 def engine_choices() -> list[str]:
-    """What `--engine` takes: the short names, then every variant of ailab.variants by name."""
+    """What `--engine` takes: every variant of ailab.variants by name, and auto (the fastest of them here that
+    passes the accuracy gate, measured at start-up)."""
     from ailab.variants import VARIANTS
 
-    return [*ENGINES, *VARIANTS]
+    return [*VARIANTS, "auto"]
 
 
 def sentiment_predictor(
-    engine: str = "torch", max_length: int = 64, too_long: str = "truncate", trained=None, threads: int | None = None
+    engine: str = "torch_eager",
+    max_length: int = 64,
+    too_long: str = "truncate",
+    trained=None,
+    threads: int | None = None,
 ) -> TextClassifierPredictor:
-    """The course's MiniLM sentiment classifier on engine torch (fp32), onnx (fp32), int8 (ONNX dynamic INT8),
-    auto (the fastest variant on this machine that passes the accuracy gate, measured now: ailab.variants)
-    or any variant named in ailab.variants.VARIANTS."""
+    """The course's MiniLM sentiment classifier, ready to serve, on `engine`: a variant of ailab.variants by
+    name (built by its one factory, build_variant), or auto (the fastest variant on this machine that passes
+    the accuracy gate, measured now). torch_eager runs on the best device here (cuda -> mps -> cpu)."""
+    from ailab.device import pick_device
     from ailab.models import sentiment_classifier
-    from ailab.variants import VARIANTS
+    from ailab.variants import auto_choice, build_variant
 
-    if engine not in ENGINES and engine not in VARIANTS:
-        raise ValueError(f"engine={engine!r}; choose one of {list(ENGINES)} or a variant {list(VARIANTS)}")
+    if engine not in engine_choices():
+        raise ValueError(f"engine={engine!r}; choose one of {engine_choices()}")
     t0 = time.perf_counter()
     trained = trained if trained is not None else sentiment_classifier(max_length=max_length)
-    model = trained.model.eval()
-    tok, classes = trained.encoder.tokenizer, list(trained.split.classes)
-    choice = None
-    if engine == "torch":
-        clf = torch_classifier(model, tok, max_length, classes)
-        return TextClassifierPredictor(
-            clf, "minilm-sentiment", state_sha256(model), too_long, engine, param_bytes(model), time.perf_counter() - t0
-        )
-    from ailab.variants import auto_choice, build_variants
-
+    model, choice = trained.model.eval(), None
     if engine == "auto":
         variant, choice = auto_choice(trained, threads=threads)
     else:
-        name = {"onnx": "ort_plain", "int8": "ort_int8_dynamic"}.get(engine, engine)
-        variant = build_variants(trained, [name], threads)[name]
-    clf = TextClassifierRunner(variant.runner, tok, max_length, classes)
+        device = pick_device().type if engine == "torch_eager" else "cpu"
+        variant = build_variant(trained, engine, threads, device=device, max_length=max_length)
     if variant.path is None:  # a torch variant: its identity is the weights in memory
         sha, n_bytes = state_sha256(model), param_bytes(model)
     else:  # the identity of what is served is the ONNX file the session loaded, not the torch weights
         from ailab.data import sha256_of
 
         sha, n_bytes = sha256_of(variant.path), variant.runner.size_bytes
-    label = engine if engine in ("onnx", "int8") else variant.name
     return TextClassifierPredictor(
-        clf, "minilm-sentiment", sha, too_long, label, n_bytes, time.perf_counter() - t0, choice
+        variant.classifier, "minilm-sentiment", sha, too_long, variant.name, n_bytes, time.perf_counter() - t0, choice
     )

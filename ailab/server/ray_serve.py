@@ -106,12 +106,12 @@ def _node_id() -> str:
 
 def app(args: dict | None = None):
     """The builder `serve run ailab.server.ray_serve:app` calls: the default app, settings from AILAB_*
-    variables (and `serve run ... replicas=2 engine=int8`)."""
+    variables (and `serve run ... replicas=2 engine=ort_int8_dynamic`)."""
     from ailab.server.app import default_models
 
     args = dict(args or {})
     config = ServerConfig()
-    models, default = default_models(args.get("engine", "torch"), config.too_long)
+    models, default = default_models(args.get("engine", "torch_eager"), config.too_long)
     return deployment(models, default, config, replicas=int(args.get("replicas", 1))).bind()
 
 

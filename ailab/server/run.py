@@ -143,9 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--engine",
         choices=engine_choices(),
-        default="torch",
-        help="torch, onnx (FP32), int8 (dynamic INT8), auto (the fastest variant here that passes the "
-        "accuracy gate, measured at start-up), or one variant of ailab.variants by name",
+        default="torch_eager",
+        help="an engine variant of ailab.variants by name (torch_eager: PyTorch, ort_plain: ONNX Runtime FP32, "
+        "ort_int8_dynamic: dynamic INT8, ...), or auto (the fastest variant here that passes the accuracy gate, "
+        "measured at start-up)",
     )
     p.add_argument(
         "--allow-public-without-key",

@@ -14,7 +14,7 @@ def load():
     """The predictor every peer serves, warmed at its batch sizes; traced when AILAB_PEER_TRACE names a file."""
     from ailab.server.predictors import sentiment_predictor, tiny_predictor
 
-    predictor = tiny_predictor() if os.environ.get("AILAB_PEER_MODEL") == "tiny" else sentiment_predictor("torch")
+    predictor = tiny_predictor() if os.environ.get("AILAB_PEER_MODEL") == "tiny" else sentiment_predictor("torch_eager")
     predictor.warmup(batch_size())
     trace = os.environ.get("AILAB_PEER_TRACE")
     return TracedPredictor(predictor, trace) if trace else predictor

@@ -69,7 +69,7 @@ def ray_deployment(
 
             if threads:
                 torch.set_num_threads(threads)  # Ray sets OMP threads to the actor's num_cpus otherwise
-            self.predictor = sentiment_predictor("torch")
+            self.predictor = sentiment_predictor("torch_eager")
             self.predictor.warmup(max_batch_size)
 
         @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_s)
@@ -215,7 +215,7 @@ def autoscaling_run(payloads, steps=((0.1, 4), (1.0, 30), (0.1, 8)), settle_s: f
     from ailab.server.app import default_models
     from ailab.server.ray_serve import deployment
 
-    models, default = default_models("torch")
+    models, default = default_models("torch_eager")
     settings = ServerConfig(max_batch_size=32, max_wait_ms=10)
     cluster = RayCluster(
         deployment(models, default, settings, replicas=1, name="probe").bind(),

@@ -319,7 +319,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     from ailab.server.predictors import engine_choices
 
     p = argparse.ArgumentParser(prog="ailab bench serving")
-    p.add_argument("--engine", choices=engine_choices(), default="torch")
+    p.add_argument("--engine", choices=engine_choices(), default="torch_eager")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=10.0)
