@@ -439,3 +439,20 @@ def test_scheduler_view_draws_blocks_running_and_waiting(model):
     for bad in ({"rate_rps": 0}, {"max_running": 1.5}, {"seconds": -1}, {"rate_rps": True}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             scheduler_view(model, **{"rate_rps": 20, "max_running": 2, "seconds": 0.3, **bad})
+
+
+def test_states_and_finish_reasons_are_their_plain_strings():
+    # Str enums: JSON, logs, metric labels and OpenAI's finish_reason read the same words as before.
+    import json
+
+    from ailab.generation import FinishReason, RequestState
+
+    assert (
+        FinishReason.LENGTH == "length"
+        and f"{FinishReason.STOP}" == "stop"
+        and str(FinishReason.CANCELLED) == "cancelled"
+    )
+    assert json.dumps({"finish_reason": FinishReason.LENGTH, "state": RequestState.RUNNING}) == (
+        '{"finish_reason": "length", "state": "running"}'
+    )
+    assert [s.value for s in RequestState] == ["waiting", "running", "finished"]

@@ -4,6 +4,7 @@
     kv_cache.py   KVCache (contiguous, reserved up front), kv_bytes_per_token, the no-cache view
     decode.py     prefill, decode_one_token, generate, generate_without_cache
     paged.py      BlockAllocator, PagedKVCache, OutOfBlocks: fixed-size blocks, a free list, block tables
+    request.py    Request, RequestState, FinishReason: one request's record (states and reasons are StrEnums)
     scheduler.py  Scheduler: iteration-level (continuous) batching, and static batching to compare with
     engine_core.py EngineCore: the scheduler's loop as a server runs it (commands in, one StepOutput a step out),
                   in a thread or in a process of its own
@@ -21,4 +22,5 @@ from ailab.generation.decode import decode_one_token, generate, generate_without
 from ailab.generation.decoder import Decoder
 from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token
 from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
-from ailab.generation.scheduler import Request, RequestTooLarge, Scheduler
+from ailab.generation.request import FinishReason, Request, RequestState
+from ailab.generation.scheduler import RequestTooLarge, Scheduler

@@ -21,49 +21,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from ailab.generation.decode import next_token
 from ailab.generation.paged import OutOfBlocks, PagedKVCache
-
-WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+from ailab.generation.request import FinishReason, Request, RequestState
 
 
 class RequestTooLarge(ValueError):
     """The request needs more KV blocks than the whole pool holds: it can never run here."""
-
-
-@dataclass
-class Request:
-    id: int
-    prompt: list[int]
-    max_new_tokens: int
-    arrival_s: float = 0.0
-    temperature: float = 0.0  # 0: greedy
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: Callable[[list[int]], bool] | None = None  # called with the output so far: True ends the request
-    output: list[int] = field(default_factory=list)
-    state: str = WAITING
-    finish_reason: str | None = None  # "length", "stop" or "cancelled"
-    first_token_s: float | None = None
-    finished_s: float | None = None
-    preemptions: int = 0
-    generator: torch.Generator | None = field(default=None, repr=False)
-
-    def sample(self, logits: torch.Tensor) -> int:
-        """The next token from this request's (1, vocab) logits, with its own sampling settings and seed."""
-        if self.temperature > 0 and self.generator is None:  # on the logits' device: CUDA samples there
-            self.generator = torch.Generator(logits.device).manual_seed(self.seed if self.seed is not None else self.id)
-        return int(next_token(logits, self.temperature, self.generator, self.top_p)[0, 0])
-
-    @property
-    def done(self) -> bool:
-        return len(self.output) >= self.max_new_tokens or (
-            self.stop is not None and bool(self.output) and self.stop(self.output)
-        )
 
 
 @dataclass
@@ -130,7 +97,7 @@ class Scheduler:
                 ids = torch.tensor([tokens], device=self.cache.k.device)  # (1, T)
                 logits = self.model(ids, self.cache.view([req.id], len(tokens)))[:, -1]  # (1, vocab)
             self._emit(req, req.sample(logits))
-            req.state = RUNNING
+            req.state = RequestState.RUNNING
             self.running.append(req)
             admitted += 1
         return admitted
@@ -138,7 +105,7 @@ class Scheduler:
     def _reserve_decode_slots(self) -> int:
         preempted = 0
         for req in list(self.running):
-            if req.state != RUNNING or req.done:
+            if req.state != RequestState.RUNNING or req.done:
                 continue
             while True:
                 try:
@@ -155,7 +122,7 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
         self.alloc.free(req.id)
-        req.state, req.preemptions = WAITING, req.preemptions + 1
+        req.state, req.preemptions = RequestState.WAITING, req.preemptions + 1
         self.waiting.appendleft(req)
 
     def _decode(self) -> int:
@@ -178,8 +145,8 @@ class Scheduler:
         for r in done:
             self.running.remove(r)
             self.alloc.free(r.id)
-            r.state, r.finished_s = FINISHED, self.clock()
-            r.finish_reason = "length" if len(r.output) >= r.max_new_tokens else "stop"
+            r.state, r.finished_s = RequestState.FINISHED, self.clock()
+            r.finish_reason = FinishReason.LENGTH if len(r.output) >= r.max_new_tokens else FinishReason.STOP
             self._done.append(r)
         return len(done)
 
@@ -202,12 +169,20 @@ class Scheduler:
         for req in list(self.waiting):
             if req.id == request_id:
                 self.waiting.remove(req)
-                req.state, req.finish_reason, req.finished_s = FINISHED, "cancelled", self.clock()
+                req.state, req.finish_reason, req.finished_s = (
+                    RequestState.FINISHED,
+                    FinishReason.CANCELLED,
+                    self.clock(),
+                )
                 return True
         for req in self.running:
             if req.id == request_id:
                 self.running.remove(req)
                 self.alloc.free(req.id)
-                req.state, req.finish_reason, req.finished_s = FINISHED, "cancelled", self.clock()
+                req.state, req.finish_reason, req.finished_s = (
+                    RequestState.FINISHED,
+                    FinishReason.CANCELLED,
+                    self.clock(),
+                )
                 return True
         return False

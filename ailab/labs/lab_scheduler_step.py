@@ -40,7 +40,7 @@ import torch
 
 from ailab.generation.decode import next_token
 from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
-from ailab.generation.scheduler import FINISHED, RUNNING, Request
+from ailab.generation.request import Request, RequestState
 from ailab.labs.core import LabCheckFailed, check, expect, tiny_decoder, torch_threads
 
 LAB = "lab_scheduler_step"
@@ -101,7 +101,7 @@ class EngineState:
         with torch.inference_mode():
             logits = m(torch.tensor([tokens]), self.cache.view([req.id], len(tokens)))[:, -1]
         req.output.append(int(next_token(logits)[0, 0]))
-        req.state = RUNNING
+        req.state = RequestState.RUNNING
         self.prefills.append((req.id, len(tokens)))
 
     def decode(self, reqs: list[Request]) -> None:
@@ -127,7 +127,7 @@ class EngineState:
     def finish(self, req: Request) -> None:
         if req.id in self.blocks.tables:
             raise LabCheckFailed(f"request {req.id} finished while it still held its blocks: free them first")
-        req.state = FINISHED
+        req.state = RequestState.FINISHED
         self.finished.append(req)
 
     def submit(self, req: Request) -> None:
