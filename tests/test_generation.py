@@ -456,3 +456,77 @@ def test_states_and_finish_reasons_are_their_plain_strings():
         '{"finish_reason": "length", "state": "running"}'
     )
     assert [s.value for s in RequestState] == ["waiting", "running", "finished"]
+
+
+# ----------------------------------------------------------------------------- plan, execute, apply
+
+
+def test_the_plan_is_made_from_queues_and_blocks_alone():
+    # No model anywhere: schedule() only moves requests between the queues and takes or frees blocks.
+    from collections import deque
+
+    from ailab.generation import schedule
+
+    blocks = BlockAllocator(num_blocks=6, block_size=4)
+    waiting = deque(Request(i, [1] * n, 8) for i, n in enumerate([5, 4, 9, 3]))  # 2, 1, 3, 1 blocks
+    running: list[Request] = []
+    plan = schedule(waiting, running, blocks, max_running=3)
+    assert [(r.id, n) for r, n in plan.prefill] == [(0, 5), (1, 4), (2, 9)] and not plan.decode
+    assert [r.id for r in waiting] == [3], "three seats: the fourth waits"
+    for r in running:  # what the executor and the engine would have done: one token each
+        r.output.append(7)
+    plan = schedule(waiting, running, blocks, max_running=3)
+    # a slot for 0 (its 6th token: its 2nd block has room), then 1 (its 5th: a new block) finds none free: the
+    # newest running, 2, goes back to the front of the queue, its 3 blocks freed, and 1 takes one of them
+    assert [r.id for r in plan.decode] == [0, 1] and [r.id for r in plan.preempted] == [2]
+    assert [r.id for r in waiting] == [2, 3] and [r.id for r in running] == [0, 1]
+    assert not plan.prefill, "request 2 needs 3 blocks for its 10 tokens and 2 are free: it waits at the head"
+    assert set(blocks.tables) == {r.id for r in running}
+
+
+def test_the_executor_returns_tokens_and_changes_no_request(model):
+    import copy
+    from collections import deque
+
+    from ailab.generation import ModelExecutor, schedule
+
+    cache = PagedKVCache.for_model(model, 32, 4)
+    reqs = _requests([5, 9], [4, 4], seed=11) + [Request(2, ids_of(3)[0].tolist(), 4, temperature=0.8, seed=1)]
+    waiting, running = deque(reqs), []
+    plan = schedule(waiting, running, cache.allocator)
+    before = copy.deepcopy(reqs)
+    out = ModelExecutor(model, cache).execute(plan)
+    assert reqs == before, "the executor reads the requests and changes none of them"
+    assert set(out.tokens) == {0, 1, 2} and all(isinstance(t, int) for t in out.tokens.values())
+    assert out.tokens[0] == _expected(model, reqs[0])[0] and out.tokens[1] == _expected(model, reqs[1])[0]
+    assert out.prepare_s >= 0 and out.forward_s > 0 and out.sample_s >= 0
+
+
+def test_the_paged_forms_give_the_contiguous_logits(model):
+    from ailab.generation import decode_paged, prefill_paged
+
+    ids = ids_of(7, batch=2, seed=4)
+    cache = KVCache.for_model(model, batch=2, max_len=8)
+    want = [prefill(model, cache, ids), decode_one_token(model, cache, ids[:, :1])]
+    paged = PagedKVCache.for_model(model, 8, 4)
+    for s in (0, 1):
+        paged.allocator.allocate(s, 7)
+    got = [prefill_paged(model, paged.view([0, 1], 7), ids)]
+    for s in (0, 1):
+        paged.allocator.append(s)
+    got.append(decode_paged(model, paged.view([0, 1], 1), ids[:, :1]))
+    for w, g in zip(want, got):
+        assert torch.allclose(w, g, atol=1e-5)
+    with pytest.raises(ValueError, match="one token per sequence"):
+        decode_paged(model, paged.view([0, 1], 1), ids[:1, :1])
+
+
+def test_a_step_reports_its_time_in_parts(model):
+    s = Scheduler(model, PagedKVCache.for_model(model, 16, 4), max_running=2)
+    s.submit(Request(0, [1, 2, 3], 3))
+    s.submit(Request(1, [4, 5], 3))
+    first, second = s.step(), s.step()
+    assert (first.admitted, first.decoded, second.admitted, second.decoded) == (2, 0, 0, 2)
+    for t in (first.times, second.times):
+        assert t.forward_s > 0 and min(t.plan_s, t.prepare_s, t.sample_s, t.apply_s) >= 0
+        assert t.total_s == pytest.approx(t.overhead_s + t.forward_s)

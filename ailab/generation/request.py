@@ -12,10 +12,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Callable
 
-import torch
-
-from ailab.generation.decode import next_token
-
 
 class RequestState(StrEnum):
     WAITING = "waiting"
@@ -45,13 +41,6 @@ class Request:
     first_token_s: float | None = None
     finished_s: float | None = None
     preemptions: int = 0
-    generator: torch.Generator | None = field(default=None, repr=False)
-
-    def sample(self, logits: torch.Tensor) -> int:
-        """The next token from this request's (1, vocab) logits, with its own sampling settings and seed."""
-        if self.temperature > 0 and self.generator is None:  # on the logits' device: CUDA samples there
-            self.generator = torch.Generator(logits.device).manual_seed(self.seed if self.seed is not None else self.id)
-        return int(next_token(logits, self.temperature, self.generator, self.top_p)[0, 0])
 
     @property
     def done(self) -> bool:
