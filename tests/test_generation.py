@@ -395,6 +395,14 @@ def test_bench_generation_quick_has_every_figure():
     sat = out["saturated"]
     assert sat["requests"] == 16 and sat["continuous_over_static_tokens_per_s"] > 0
     assert sat["bound_if_steps_cost_the_same"] >= 1 and [s["batch"] for s in sat["step_cost"]] == [1, 8]
+    for row in sat["step_cost"]:
+        assert (
+            row["forward_ms"] > 0
+            and row["overhead_ms"] > 0
+            and row["forward_ms"] + row["overhead_ms"] <= row["step_ms"]
+        )
+    assert sat["overhead_ms_per_step"] > 0 and sat["forward_ms_per_step"] > 0
+    assert sat["bound_without_overhead_tokens_per_s"] > sat["bound_tokens_per_s"] > 0 and sat["share_of_bound"] > 0
     json.dumps(out)
 
 
@@ -419,12 +427,34 @@ def test_static_occupancy_counts_the_seat_steps_a_batch_holds():
     assert static_occupancy(reqs, max_running=1) == 1.0
 
 
+def test_the_bound_prices_each_step_of_a_full_continuous_schedule_by_hand():
+    from ailab.generation.trace import continuous_batch_sizes, continuous_bound
+
+    reqs = [Request(i, [1], n, arrival_s=i) for i, n in enumerate([1, 4, 2, 3])]
+    # 3 seats: step 1 seats (1, 4, 2) and the 1 ends; step 2 seats the 3: left (3, 1, 3) then (2, 2); steps 3 and 4
+    # run those two to the end: batches 3, 3, 2, 2, adding up to the 10 tokens asked for
+    assert continuous_batch_sizes(reqs, max_running=3) == [3, 3, 2, 2]
+    assert continuous_batch_sizes(reqs, max_running=1) == [1] * 10
+    # measured at 1, 2 and 4 sequences (3 is between 2 and 4): 2.0 + 2.0 + 1.5 + 1.5 = 7 ms for 10 tokens
+    cost = [{"batch": 4, "step_ms": 2.5}, {"batch": 1, "step_ms": 1.0}, {"batch": 2, "step_ms": 1.5}]
+    assert continuous_bound(reqs, cost, max_running=3) == pytest.approx(10 / 0.007)
+    # one seat: 10 steps of 1 ms; 8 seats: all four at once, batches 4, 3, 2, 1 (2.5 + 2 + 1.5 + 1 ms)
+    assert continuous_bound(reqs, cost, max_running=1) == pytest.approx(10 / 0.010)
+    assert continuous_bound(reqs, cost, max_running=8) == pytest.approx(10 / 0.007)
+    # outside the measured sizes, the nearest end's cost
+    assert continuous_bound(reqs, [{"batch": 2, "step_ms": 1.0}], max_running=3) == pytest.approx(10 / 0.004)
+
+
 def test_step_cost_by_batch_has_a_row_per_batch(model):
     from ailab.generation.trace import step_cost_by_batch
 
     rows = step_cost_by_batch(model, (1, 3), context=8, steps=2, rounds=1)
     assert [r["batch"] for r in rows] == [1, 3] and all(r["step_ms"] > 0 for r in rows)
     assert rows[1]["ms_per_token"] == pytest.approx(rows[1]["step_ms"] / 3)
+    for r in rows:  # the step in parts: the scheduler's own time beside the model's
+        assert r["forward_ms"] > 0 and r["overhead_ms"] == pytest.approx(
+            r["plan_ms"] + r["prepare_ms"] + r["sample_ms"] + r["apply_ms"]
+        )
 
 
 def test_scheduler_view_draws_blocks_running_and_waiting(model):
