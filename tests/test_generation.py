@@ -395,6 +395,14 @@ def test_bench_generation_quick_has_every_figure():
     sat = out["saturated"]
     assert sat["requests"] == 16 and sat["continuous_over_static_tokens_per_s"] > 0
     assert sat["bound_if_steps_cost_the_same"] >= 1 and [s["batch"] for s in sat["step_cost"]] == [1, 8]
+    for row in sat["step_cost"]:
+        assert (
+            row["forward_ms"] > 0
+            and row["overhead_ms"] > 0
+            and row["forward_ms"] + row["overhead_ms"] <= row["step_ms"]
+        )
+    assert sat["overhead_ms_per_step"] > 0 and sat["forward_ms_per_step"] > 0
+    assert sat["bound_without_overhead_tokens_per_s"] > sat["bound_tokens_per_s"] > 0 and sat["share_of_bound"] > 0
     json.dumps(out)
 
 
@@ -419,12 +427,34 @@ def test_static_occupancy_counts_the_seat_steps_a_batch_holds():
     assert static_occupancy(reqs, max_running=1) == 1.0
 
 
+def test_the_bound_prices_each_step_of_a_full_continuous_schedule_by_hand():
+    from ailab.generation.trace import continuous_batch_sizes, continuous_bound
+
+    reqs = [Request(i, [1], n, arrival_s=i) for i, n in enumerate([1, 4, 2, 3])]
+    # 3 seats: step 1 seats (1, 4, 2) and the 1 ends; step 2 seats the 3: left (3, 1, 3) then (2, 2); steps 3 and 4
+    # run those two to the end: batches 3, 3, 2, 2, adding up to the 10 tokens asked for
+    assert continuous_batch_sizes(reqs, max_running=3) == [3, 3, 2, 2]
+    assert continuous_batch_sizes(reqs, max_running=1) == [1] * 10
+    # measured at 1, 2 and 4 sequences (3 is between 2 and 4): 2.0 + 2.0 + 1.5 + 1.5 = 7 ms for 10 tokens
+    cost = [{"batch": 4, "step_ms": 2.5}, {"batch": 1, "step_ms": 1.0}, {"batch": 2, "step_ms": 1.5}]
+    assert continuous_bound(reqs, cost, max_running=3) == pytest.approx(10 / 0.007)
+    # one seat: 10 steps of 1 ms; 8 seats: all four at once, batches 4, 3, 2, 1 (2.5 + 2 + 1.5 + 1 ms)
+    assert continuous_bound(reqs, cost, max_running=1) == pytest.approx(10 / 0.010)
+    assert continuous_bound(reqs, cost, max_running=8) == pytest.approx(10 / 0.007)
+    # outside the measured sizes, the nearest end's cost
+    assert continuous_bound(reqs, [{"batch": 2, "step_ms": 1.0}], max_running=3) == pytest.approx(10 / 0.004)
+
+
 def test_step_cost_by_batch_has_a_row_per_batch(model):
     from ailab.generation.trace import step_cost_by_batch
 
     rows = step_cost_by_batch(model, (1, 3), context=8, steps=2, rounds=1)
     assert [r["batch"] for r in rows] == [1, 3] and all(r["step_ms"] > 0 for r in rows)
     assert rows[1]["ms_per_token"] == pytest.approx(rows[1]["step_ms"] / 3)
+    for r in rows:  # the step in parts: the scheduler's own time beside the model's
+        assert r["forward_ms"] > 0 and r["overhead_ms"] == pytest.approx(
+            r["plan_ms"] + r["prepare_ms"] + r["sample_ms"] + r["apply_ms"]
+        )
 
 
 def test_scheduler_view_draws_blocks_running_and_waiting(model):
@@ -439,3 +469,94 @@ def test_scheduler_view_draws_blocks_running_and_waiting(model):
     for bad in ({"rate_rps": 0}, {"max_running": 1.5}, {"seconds": -1}, {"rate_rps": True}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             scheduler_view(model, **{"rate_rps": 20, "max_running": 2, "seconds": 0.3, **bad})
+
+
+def test_states_and_finish_reasons_are_their_plain_strings():
+    # Str enums: JSON, logs, metric labels and OpenAI's finish_reason read the same words as before.
+    import json
+
+    from ailab.generation import FinishReason, RequestState
+
+    assert (
+        FinishReason.LENGTH == "length"
+        and f"{FinishReason.STOP}" == "stop"
+        and str(FinishReason.CANCELLED) == "cancelled"
+    )
+    assert json.dumps({"finish_reason": FinishReason.LENGTH, "state": RequestState.RUNNING}) == (
+        '{"finish_reason": "length", "state": "running"}'
+    )
+    assert [s.value for s in RequestState] == ["waiting", "running", "finished"]
+
+
+# ----------------------------------------------------------------------------- plan, execute, apply
+
+
+def test_the_plan_is_made_from_queues_and_blocks_alone():
+    # No model anywhere: schedule() only moves requests between the queues and takes or frees blocks.
+    from collections import deque
+
+    from ailab.generation import schedule
+
+    blocks = BlockAllocator(num_blocks=6, block_size=4)
+    waiting = deque(Request(i, [1] * n, 8) for i, n in enumerate([5, 4, 9, 3]))  # 2, 1, 3, 1 blocks
+    running: list[Request] = []
+    plan = schedule(waiting, running, blocks, max_running=3)
+    assert [(r.id, n) for r, n in plan.prefill] == [(0, 5), (1, 4), (2, 9)] and not plan.decode
+    assert [r.id for r in waiting] == [3], "three seats: the fourth waits"
+    for r in running:  # what the executor and the engine would have done: one token each
+        r.output.append(7)
+    plan = schedule(waiting, running, blocks, max_running=3)
+    # a slot for 0 (its 6th token: its 2nd block has room), then 1 (its 5th: a new block) finds none free: the
+    # newest running, 2, goes back to the front of the queue, its 3 blocks freed, and 1 takes one of them
+    assert [r.id for r in plan.decode] == [0, 1] and [r.id for r in plan.preempted] == [2]
+    assert [r.id for r in waiting] == [2, 3] and [r.id for r in running] == [0, 1]
+    assert not plan.prefill, "request 2 needs 3 blocks for its 10 tokens and 2 are free: it waits at the head"
+    assert set(blocks.tables) == {r.id for r in running}
+
+
+def test_the_executor_returns_tokens_and_changes_no_request(model):
+    import copy
+    from collections import deque
+
+    from ailab.generation import ModelExecutor, schedule
+
+    cache = PagedKVCache.for_model(model, 32, 4)
+    reqs = _requests([5, 9], [4, 4], seed=11) + [Request(2, ids_of(3)[0].tolist(), 4, temperature=0.8, seed=1)]
+    waiting, running = deque(reqs), []
+    plan = schedule(waiting, running, cache.allocator)
+    before = copy.deepcopy(reqs)
+    out = ModelExecutor(model, cache).execute(plan)
+    assert reqs == before, "the executor reads the requests and changes none of them"
+    assert set(out.tokens) == {0, 1, 2} and all(isinstance(t, int) for t in out.tokens.values())
+    assert out.tokens[0] == _expected(model, reqs[0])[0] and out.tokens[1] == _expected(model, reqs[1])[0]
+    assert out.prepare_s >= 0 and out.forward_s > 0 and out.sample_s >= 0
+
+
+def test_the_paged_forms_give_the_contiguous_logits(model):
+    from ailab.generation import decode_paged, prefill_paged
+
+    ids = ids_of(7, batch=2, seed=4)
+    cache = KVCache.for_model(model, batch=2, max_len=8)
+    want = [prefill(model, cache, ids), decode_one_token(model, cache, ids[:, :1])]
+    paged = PagedKVCache.for_model(model, 8, 4)
+    for s in (0, 1):
+        paged.allocator.allocate(s, 7)
+    got = [prefill_paged(model, paged.view([0, 1], 7), ids)]
+    for s in (0, 1):
+        paged.allocator.append(s)
+    got.append(decode_paged(model, paged.view([0, 1], 1), ids[:, :1]))
+    for w, g in zip(want, got):
+        assert torch.allclose(w, g, atol=1e-5)
+    with pytest.raises(ValueError, match="one token per sequence"):
+        decode_paged(model, paged.view([0, 1], 1), ids[:1, :1])
+
+
+def test_a_step_reports_its_time_in_parts(model):
+    s = Scheduler(model, PagedKVCache.for_model(model, 16, 4), max_running=2)
+    s.submit(Request(0, [1, 2, 3], 3))
+    s.submit(Request(1, [4, 5], 3))
+    first, second = s.step(), s.step()
+    assert (first.admitted, first.decoded, second.admitted, second.decoded) == (2, 0, 0, 2)
+    for t in (first.times, second.times):
+        assert t.forward_s > 0 and min(t.plan_s, t.prepare_s, t.sample_s, t.apply_s) >= 0
+        assert t.total_s == pytest.approx(t.overhead_s + t.forward_s)

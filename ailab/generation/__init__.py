@@ -2,9 +2,12 @@
 
     decoder.py    Decoder: GPT-2's forward over a Hugging Face model's weights; attention reads ailab's cache
     kv_cache.py   KVCache (contiguous, reserved up front), kv_bytes_per_token, the no-cache view
-    decode.py     prefill, decode_one_token, generate, generate_without_cache
+    decode.py     prefill, decode_one_token, generate, generate_without_cache; prefill_paged, decode_paged
     paged.py      BlockAllocator, PagedKVCache, OutOfBlocks: fixed-size blocks, a free list, block tables
-    scheduler.py  Scheduler: iteration-level (continuous) batching, and static batching to compare with
+    request.py    Request, RequestState, FinishReason: one request's record (states and reasons are StrEnums)
+    plan.py       schedule() -> SchedulerOutput: a step's plan from the queues and the free blocks (no model)
+    executor.py   ModelExecutor: runs a plan over the paged cache, returns each request's new token
+    scheduler.py  Scheduler: the engine loop (plan, execute, apply): continuous batching, and static to compare with
     engine_core.py EngineCore: the scheduler's loop as a server runs it (commands in, one StepOutput a step out),
                   in a thread or in a process of its own
     chat.py       the chat template of the byte-level model
@@ -17,8 +20,19 @@ The model comes from ailab.models.tiny_gpt(size); Decoder(tiny_gpt("1m")) runs i
 
 from __future__ import annotations
 
-from ailab.generation.decode import decode_one_token, generate, generate_without_cache, next_token, prefill
+from ailab.generation.decode import (
+    decode_one_token,
+    decode_paged,
+    generate,
+    generate_without_cache,
+    next_token,
+    prefill,
+    prefill_paged,
+)
 from ailab.generation.decoder import Decoder
 from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token
 from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
-from ailab.generation.scheduler import Request, RequestTooLarge, Scheduler
+from ailab.generation.request import FinishReason, Request, RequestState
+from ailab.generation.executor import ModelExecutor, ModelOutput
+from ailab.generation.plan import SchedulerOutput, schedule
+from ailab.generation.scheduler import RequestTooLarge, Scheduler, StepReport, StepTimes

@@ -1,12 +1,16 @@
 """Generation as two named steps (gpt-fast style): `prefill` the prompt once, then `decode_one_token` per
 new token, each reading and extending the cache. `generate_without_cache` recomputes the whole prefix at every
-step: the same tokens, at a cost that grows with the square of the length."""
+step: the same tokens, at a cost that grows with the square of the length.
+
+`prefill_paged` and `decode_paged` are the same two steps over paged KV blocks, for sequences of different lengths
+in one batch: what the server's executor (executor.py) runs every step."""
 
 from __future__ import annotations
 
 import torch
 
 from ailab.generation.kv_cache import KVCache, NoCacheView
+from ailab.generation.paged import PagedView
 
 
 def next_token(
@@ -47,6 +51,29 @@ def decode_one_token(model, cache: KVCache, token: torch.Tensor) -> torch.Tensor
     logits = model(token, cache.view(1))  # (B, 1, vocab)
     cache.advance(1)
     return logits[:, -1]
+
+
+@torch.inference_mode()
+def prefill_paged(model, view: PagedView, ids: torch.Tensor) -> torch.Tensor:
+    """`prefill` over paged blocks: prompts (B, T) whose T tokens already have slots (BlockAllocator.allocate), in;
+    the last position's logits (B, vocab) out. The view (`cache.view(seq_ids, T)`: block tables, positions, the new
+    tokens' slots) is built by the caller, who knows which sequences run this step, so it is built once a step and
+    its cost is counted apart from the forward's."""
+    if tuple(ids.shape) != tuple(view.positions.shape):
+        raise ValueError(f"prompt ids {tuple(ids.shape)} do not match the view's {tuple(view.positions.shape)} slots")
+    return model(ids, view)[:, -1]  # (B, T, vocab) -> (B, vocab)
+
+
+@torch.inference_mode()
+def decode_paged(model, view: PagedView, token: torch.Tensor) -> torch.Tensor:
+    """`decode_one_token` over paged blocks: each sequence's (B, 1) newest token in, its next position's logits
+    (B, vocab) out; the sequences' lengths may differ (each has its own block table). Each must have a slot for
+    the token first (BlockAllocator.append): the view is `cache.view(seq_ids, 1)`."""
+    if token.ndim != 2 or token.shape[1] != 1 or token.shape[0] != view.positions.shape[0]:
+        raise ValueError(
+            f"decode takes one token per sequence, ({view.positions.shape[0]}, 1); got {tuple(token.shape)}"
+        )
+    return model(token, view)[:, -1]  # (B, 1, vocab) -> (B, vocab)
 
 
 def _check_prompt(model, ids: torch.Tensor, max_new_tokens: int) -> None:

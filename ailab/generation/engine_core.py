@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ailab.generation import PagedKVCache, Request, Scheduler
+from ailab.generation import FinishReason, PagedKVCache, Request, Scheduler
 
 
 @dataclass
@@ -42,7 +42,7 @@ class StepOutput:
     """One step's news: (request id, tokens made this step, tokens handed over, finish reason or None) for each
     request that made tokens or ended, then the engine's figures."""
 
-    updates: list[tuple[int, int, list[int], str | None]] = field(default_factory=list)
+    updates: list[tuple[int, int, list[int], FinishReason | None]] = field(default_factory=list)
     step_s: float = 0.0
     stepped: bool = False
     decoded: int = 0
@@ -100,7 +100,7 @@ class EngineCore:
         elif kind == "cancel" and item in self._live:
             self.scheduler.cancel(item)
             del self._live[item]
-            out.updates.append((item, 0, [], "cancelled"))
+            out.updates.append((item, 0, [], FinishReason.CANCELLED))
 
     def step(self, out: StepOutput) -> None:
         t0 = time.perf_counter()

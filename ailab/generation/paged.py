@@ -130,9 +130,10 @@ class PagedKVCache:
 class PagedView:
     def __init__(self, cache: PagedKVCache, seqs: Sequence[Hashable], new_tokens: int):
         a, device = cache.allocator, cache.k.device
-        lengths = torch.tensor([a.lengths[s] for s in seqs], device=device)  # (B,)
-        if int(lengths.min()) < new_tokens:
+        held = [a.lengths[s] for s in seqs]
+        if min(held) < new_tokens:  # checked on the host: reading a GPU tensor here would wait for the device
             raise ValueError(f"a sequence holds fewer than the {new_tokens} new tokens")
+        lengths = torch.tensor(held, device=device)  # (B,)
         self.table = a.table_tensor(seqs, device)  # (B, blocks)
         self.positions = lengths[:, None] - new_tokens + torch.arange(new_tokens, device=device)  # (B, T)
         self.new_slots = (

@@ -1,19 +1,24 @@
-"""Continuous (iteration-level) batching over paged KV blocks, as a small explicit state machine.
+"""Continuous (iteration-level) batching over paged KV blocks: the engine's loop, split as vLLM v1 splits it.
 
-A request is WAITING, then RUNNING (its blocks allocated, its prompt prefilled), then FINISHED. One `step()`:
+One `step()` is three calls, each in a file of its own:
 
-  1. admit   while blocks are free (and the running set is below max_running), take the oldest waiting
-             request, allocate its blocks and prefill it: its first token comes out of the prefill;
-  2. decode  one token for every running sequence, in one batched forward pass; a sequence whose next
-             token needs a block when none is free preempts the newest running one (its blocks are freed
-             and it waits again, to be prefilled anew with what it had generated: recompute);
-  3. retire  sequences that reached max_new_tokens free their blocks at once, and leave: the step's report
-             hands them to the caller (`StepReport.done`), and the scheduler keeps no reference to them, so a
-             server that runs it for days holds only what is waiting and running.
+  1. plan     `schedule` (plan.py) decides from the queues and the free blocks alone: a slot for every running
+              request's next token (preempting the newest when none is free), then waiting requests admitted
+              oldest first while seats and blocks allow. It returns a SchedulerOutput and never calls the model;
+  2. execute  the ModelExecutor (executor.py) runs that plan over the paged cache, `prefill_paged` for each
+              admitted request (its first token comes out of its prefill) and one `decode_paged` for all the
+              running, and returns each request's new token, changing no request;
+  3. apply    this engine appends each token to its request, stamps first-token and finish times, and retires
+              the requests that are done (max_new_tokens, or their stop rule): their blocks are freed at once
+              and they leave, handed to the caller once in the step's report (`StepReport.done`). The engine
+              keeps no reference to them, so a server that runs it for days holds only what waits and runs.
 
 policy="static" is the comparison: a batch is admitted only when the previous one has wholly finished, so
 short members sit idle until the longest ends. A request that could never fit the whole pool is refused
 when it is submitted (RequestTooLarge), not left to wait forever.
+
+Each step is timed in parts (`StepReport.times`): the plan, the executor's prepare (token tensors, block tables),
+forward and sampling, and applying the output. Everything but the forward is the scheduler's own overhead.
 """
 
 from __future__ import annotations
@@ -21,14 +26,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
 
-import torch
-
-from ailab.generation.decode import next_token
-from ailab.generation.paged import OutOfBlocks, PagedKVCache
-
-WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+from ailab.generation.executor import ModelExecutor, ModelOutput
+from ailab.generation.paged import PagedKVCache
+from ailab.generation.plan import SchedulerOutput, schedule
+from ailab.generation.request import FinishReason, Request, RequestState
 
 
 class RequestTooLarge(ValueError):
@@ -36,34 +38,22 @@ class RequestTooLarge(ValueError):
 
 
 @dataclass
-class Request:
-    id: int
-    prompt: list[int]
-    max_new_tokens: int
-    arrival_s: float = 0.0
-    temperature: float = 0.0  # 0: greedy
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: Callable[[list[int]], bool] | None = None  # called with the output so far: True ends the request
-    output: list[int] = field(default_factory=list)
-    state: str = WAITING
-    finish_reason: str | None = None  # "length", "stop" or "cancelled"
-    first_token_s: float | None = None
-    finished_s: float | None = None
-    preemptions: int = 0
-    generator: torch.Generator | None = field(default=None, repr=False)
+class StepTimes:
+    """Seconds of one step, by part. `forward_s` is the model's; the rest is the scheduler's own."""
 
-    def sample(self, logits: torch.Tensor) -> int:
-        """The next token from this request's (1, vocab) logits, with its own sampling settings and seed."""
-        if self.temperature > 0 and self.generator is None:  # on the logits' device: CUDA samples there
-            self.generator = torch.Generator(logits.device).manual_seed(self.seed if self.seed is not None else self.id)
-        return int(next_token(logits, self.temperature, self.generator, self.top_p)[0, 0])
+    plan_s: float = 0.0  # schedule(): queues and block tables
+    prepare_s: float = 0.0  # token tensors and paged views (block tables, positions, slots) for the forward
+    forward_s: float = 0.0  # the model: prefills and the batched decode (its attention gathers the blocks)
+    sample_s: float = 0.0  # logits to tokens, and the copy to the host
+    apply_s: float = 0.0  # tokens appended, stop checks, times stamped, finished requests retired
 
     @property
-    def done(self) -> bool:
-        return len(self.output) >= self.max_new_tokens or (
-            self.stop is not None and bool(self.output) and self.stop(self.output)
-        )
+    def overhead_s(self) -> float:
+        return self.plan_s + self.prepare_s + self.sample_s + self.apply_s
+
+    @property
+    def total_s(self) -> float:
+        return self.overhead_s + self.forward_s
 
 
 @dataclass
@@ -75,6 +65,7 @@ class StepReport:
     running: int
     waiting: int
     done: list[Request] = field(default_factory=list)  # the requests that finished in this step, handed over
+    times: StepTimes = field(default_factory=StepTimes)
 
 
 class Scheduler:
@@ -90,9 +81,10 @@ class Scheduler:
             raise ValueError(f"policy={policy!r}; choose 'continuous' or 'static'")
         self.model, self.cache, self.alloc = model, cache, cache.allocator
         self.max_running, self.policy, self.clock = max_running, policy, clock
+        self.executor = ModelExecutor(model, cache)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._done: list[Request] = []  # finished in the step under way; handed over by step() and forgotten
+        self._left: list[int] = []  # ids finished or cancelled since the last plan: the executor forgets them
 
     def submit(self, req: Request) -> None:
         total = len(req.prompt) + req.max_new_tokens
@@ -113,101 +105,61 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
-    # ------------------------------------------------------------------ the three phases of a step
-
-    def _admit(self) -> int:
-        if self.policy == "static" and self.running:
-            return 0
-        admitted = 0
-        while self.waiting and (self.max_running is None or len(self.running) < self.max_running):
-            req = self.waiting[0]
-            tokens = req.prompt + req.output  # after a preemption, what it had generated is recomputed
-            if not self.alloc.can_allocate(len(tokens)):
-                break
-            self.waiting.popleft()
-            self.alloc.allocate(req.id, len(tokens))
-            with torch.inference_mode():
-                ids = torch.tensor([tokens], device=self.cache.k.device)  # (1, T)
-                logits = self.model(ids, self.cache.view([req.id], len(tokens)))[:, -1]  # (1, vocab)
-            self._emit(req, req.sample(logits))
-            req.state = RUNNING
-            self.running.append(req)
-            admitted += 1
-        return admitted
-
-    def _reserve_decode_slots(self) -> int:
-        preempted = 0
-        for req in list(self.running):
-            if req.state != RUNNING or req.done:
-                continue
-            while True:
-                try:
-                    self.alloc.append(req.id)
-                    break
-                except OutOfBlocks:
-                    victim = self.running[-1]
-                    self._preempt(victim)
-                    preempted += 1
-                    if victim is req:
-                        break
-        return preempted
-
-    def _preempt(self, req: Request) -> None:
-        self.running.remove(req)
-        self.alloc.free(req.id)
-        req.state, req.preemptions = WAITING, req.preemptions + 1
-        self.waiting.appendleft(req)
-
-    def _decode(self) -> int:
-        batch = [r for r in self.running if not r.done]
-        if not batch:
-            return 0
-        with torch.inference_mode():
-            last = torch.tensor([[r.output[-1]] for r in batch], device=self.cache.k.device)  # (B, 1)
-            logits = self.model(last, self.cache.view([r.id for r in batch], 1))[:, -1]  # (B, vocab)
-        if all(r.temperature == 0 for r in batch):
-            tokens = next_token(logits)[:, 0].tolist()  # greedy: one argmax for the batch
-        else:
-            tokens = [r.sample(logits[i : i + 1]) for i, r in enumerate(batch)]
-        for r, tok in zip(batch, tokens):
-            self._emit(r, int(tok))
-        return len(batch)
-
-    def _retire(self) -> int:
-        done = [r for r in self.running if r.done]
-        for r in done:
-            self.running.remove(r)
-            self.alloc.free(r.id)
-            r.state, r.finished_s = FINISHED, self.clock()
-            r.finish_reason = "length" if len(r.output) >= r.max_new_tokens else "stop"
-            self._done.append(r)
-        return len(done)
-
-    def _emit(self, req: Request, token: int) -> None:
-        req.output.append(token)
-        if req.first_token_s is None:
-            req.first_token_s = self.clock()
+    def schedule(self) -> SchedulerOutput:
+        plan = schedule(self.waiting, self.running, self.alloc, self.max_running, self.policy)
+        plan.finished_ids, self._left = self._left, []
+        return plan
 
     def step(self) -> StepReport:
-        admitted = self._admit()
-        finished = self._retire()  # a request of one new token is done after its prefill
-        preempted = self._reserve_decode_slots()
-        decoded = self._decode()
-        finished += self._retire()
-        done, self._done = self._done, []
-        return StepReport(admitted, decoded, finished, preempted, len(self.running), len(self.waiting), done)
+        t0 = time.perf_counter()
+        plan = self.schedule()
+        t1 = time.perf_counter()
+        out = self.executor.execute(plan)
+        t2 = time.perf_counter()
+        done = self.update_from_output(plan, out)
+        times = StepTimes(t1 - t0, out.prepare_s, out.forward_s, out.sample_s, time.perf_counter() - t2)
+        return StepReport(
+            len(plan.prefill),
+            len(plan.decode),
+            len(done),
+            len(plan.preempted),
+            len(self.running),
+            len(self.waiting),
+            done,
+            times,
+        )
+
+    def update_from_output(self, plan: SchedulerOutput, out: ModelOutput) -> list[Request]:
+        """Apply one step: the plan's moves stamped on the requests, each new token appended, the done retired."""
+        now = self.clock()
+        for req in plan.preempted:
+            req.state, req.preemptions = RequestState.WAITING, req.preemptions + 1
+        done = []
+        for req in plan.scheduled:
+            req.state = RequestState.RUNNING
+            req.output.append(out.tokens[req.id])
+            if req.first_token_s is None:
+                req.first_token_s = now
+            if req.done:
+                done.append(req)
+        for req in done:
+            reason = FinishReason.LENGTH if len(req.output) >= req.max_new_tokens else FinishReason.STOP
+            self._finish(req, reason, now)
+            self.running.remove(req)
+        return done
+
+    def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
+        if req.id in self.alloc.tables:
+            self.alloc.free(req.id)  # its blocks go back to the free list at once
+        req.state, req.finish_reason, req.finished_s = RequestState.FINISHED, reason, now
+        self._left.append(req.id)
 
     def cancel(self, request_id: int) -> bool:
         """Drop a waiting or running request; its blocks go back to the free list at once."""
-        for req in list(self.waiting):
-            if req.id == request_id:
-                self.waiting.remove(req)
-                req.state, req.finish_reason, req.finished_s = FINISHED, "cancelled", self.clock()
-                return True
-        for req in self.running:
-            if req.id == request_id:
-                self.running.remove(req)
-                self.alloc.free(req.id)
-                req.state, req.finish_reason, req.finished_s = FINISHED, "cancelled", self.clock()
-                return True
+        for queue in (self.waiting, self.running):
+            for req in queue:
+                if req.id == request_id:
+                    queue.remove(req)
+                    self._finish(req, FinishReason.CANCELLED, self.clock())
+                    return True
         return False

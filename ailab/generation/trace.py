@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import deque
 from typing import Sequence
 
 import numpy as np
@@ -90,6 +91,7 @@ def run_scheduler(
     sched = Scheduler(model, cache, max_running, policy, clock)
     pending = sorted(reqs, key=lambda r: r.arrival_s)
     steps: list[tuple[float, int, int, int]] = []
+    n_steps, forward_s, overhead_s = 0, 0.0, 0.0
     saturated = None  # (seconds, tokens) when the last request was let in: until then, demand exceeded seats
     while pending or not sched.idle:
         now = clock()
@@ -98,7 +100,8 @@ def run_scheduler(
         if sched.idle:
             time.sleep(max(0.0, pending[0].arrival_s - clock()))
             continue
-        sched.step()
+        times = sched.step().times
+        n_steps, forward_s, overhead_s = n_steps + 1, forward_s + times.forward_s, overhead_s + times.overhead_s
         if saturated is None and not pending and not sched.waiting:
             saturated = (clock(), sum(len(r.output) for r in reqs))
         if timeline:
@@ -109,6 +112,10 @@ def run_scheduler(
     # While requests wait, the engine serves all it can: tokens/s over that window is its capacity, without the
     # drain at the end, where the last long answers run alone under either policy.
     row["saturated_tokens_per_s"] = saturated[1] / saturated[0] if saturated and saturated[0] > 0 else None
+    # the step's time split: the model's forward, and the scheduler's own (plan, block tables, sampling, apply)
+    row["steps"] = n_steps
+    row["forward_ms_per_step"] = forward_s * 1e3 / n_steps if n_steps else None
+    row["overhead_ms_per_step"] = overhead_s * 1e3 / n_steps if n_steps else None
     return {**row, "timeline": steps} if timeline else row
 
 
@@ -182,9 +189,12 @@ def step_cost_by_batch(
     model, batches: Sequence[int] = (1, 2, 4, 8, 16), context: int = 64, steps: int = 10, rounds: int = 3
 ) -> list[dict]:
     """The time of one decode step of the Scheduler with `b` sequences of `context` tokens running, for each b
-    (median of `rounds`, the batch sizes taken in turn each round). Where it grows with b, a half-empty static
-    batch costs less per step and continuous batching gains less than the seats' occupancy says."""
-    samples: dict[int, list[float]] = {b: [] for b in batches}
+    (median of `rounds`, the batch sizes taken in turn each round), and its parts: the model's forward and the
+    scheduler's own overhead (plan, prepare: block tables and token tensors, sampling, apply), each in ms per step.
+    Where the step grows with b, a half-empty static batch costs less per step and continuous batching gains less
+    than the seats' occupancy says."""
+    parts = ("plan", "prepare", "forward", "sample", "apply")
+    samples: dict[int, list[dict]] = {b: [] for b in batches}
     for _ in range(rounds):
         for b in batches:
             sched = Scheduler(model, PagedKVCache.for_model(model, b * (context // 16 + 4) + 4, 16), max_running=b)
@@ -192,14 +202,58 @@ def step_cost_by_batch(
                 sched.submit(Request(i, [i % 256] * context, steps + 4))
             sched.step()  # admits and prefills every sequence
             sched.step()  # warm-up
+            sums = dict.fromkeys(parts, 0.0)
             t0 = time.perf_counter()
             for _ in range(steps):
-                sched.step()
-            samples[b].append((time.perf_counter() - t0) * 1e3 / steps)
-    return [
-        {"batch": b, "step_ms": float(np.median(v)), "ms_per_token": float(np.median(v)) / b}
-        for b, v in samples.items()
-    ]
+                times = sched.step().times
+                for p in parts:
+                    sums[p] += getattr(times, f"{p}_s")
+            wall = time.perf_counter() - t0
+            samples[b].append({"step": wall, **sums})
+    rows = []
+    for b, runs in samples.items():
+        ms = {k: float(np.median([r[k] for r in runs])) * 1e3 / steps for k in ("step",) + parts}
+        rows.append(
+            {
+                "batch": b,
+                "step_ms": ms["step"],
+                "ms_per_token": ms["step"] / b,
+                "forward_ms": ms["forward"],
+                "overhead_ms": ms["plan"] + ms["prepare"] + ms["sample"] + ms["apply"],
+                **{f"{p}_ms": ms[p] for p in parts if p != "forward"},
+            }
+        )
+    return rows
+
+
+def continuous_batch_sizes(trace: Sequence[Request], max_running: int = 8) -> list[int]:
+    """The batch of each step when all of `trace` waits at once and continuous batching keeps every seat full:
+    requests take seats in arrival order, each makes one token per step (its first in the step that admits it, from
+    its prefill), and a seat freed in one step is taken in the next. The sizes add up to the tokens made."""
+    queue = deque(r.max_new_tokens for r in sorted(trace, key=lambda r: r.arrival_s))
+    running: list[int] = []  # tokens each seated request still has to make
+    sizes = []
+    while queue or running:
+        while queue and len(running) < max_running:
+            running.append(queue.popleft())
+        sizes.append(len(running))
+        running = [n - 1 for n in running if n > 1]
+    return sizes
+
+
+def continuous_bound(trace: Sequence[Request], step_cost: Sequence[dict], max_running: int = 8, key="step_ms") -> float:
+    """The tokens/s continuous batching would serve on `trace`, all waiting at once, if every step cost what a
+    decode step of its batch size was measured to cost: the steps of `continuous_batch_sizes`, each priced from
+    `step_cost` (rows of step_cost_by_batch; linear between measured sizes, the nearest end outside them), tokens
+    over their sum. It counts what a batch costs on this machine (unlike 1 / static_occupancy, which prices every
+    step the same), and nothing else: a prefill costs a decode step, nobody waits for a block, the scheduler is as
+    fast as it was in the measured steps (`key="forward_ms"`: as if it took no time at all). A run's tokens/s over
+    it is the share of the bound reached."""
+    sizes = continuous_batch_sizes(trace, max_running)
+    rows = sorted(step_cost, key=lambda r: r["batch"])
+    xs, ys = [r["batch"] for r in rows], [r[key] for r in rows]
+    seconds = float(np.interp(sizes, xs, ys).sum()) / 1e3
+    return sum(sizes) / seconds
 
 
 def scheduler_view(

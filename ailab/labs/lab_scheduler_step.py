@@ -38,9 +38,9 @@ from collections import deque
 
 import torch
 
-from ailab.generation.decode import next_token
+from ailab.generation.decode import decode_paged, next_token, prefill_paged
 from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
-from ailab.generation.scheduler import FINISHED, RUNNING, Request
+from ailab.generation.request import Request, RequestState
 from ailab.labs.core import LabCheckFailed, check, expect, tiny_decoder, torch_threads
 
 LAB = "lab_scheduler_step"
@@ -97,11 +97,9 @@ class EngineState:
                 f"prefill of request {req.id}: allocate blocks for its {len(tokens)} tokens first "
                 f"(blocks.allocate(req.id, {len(tokens)}))"
             )
-        m = model()
-        with torch.inference_mode():
-            logits = m(torch.tensor([tokens]), self.cache.view([req.id], len(tokens)))[:, -1]
+        logits = prefill_paged(model(), self.cache.view([req.id], len(tokens)), torch.tensor([tokens]))  # (1, vocab)
         req.output.append(int(next_token(logits)[0, 0]))
-        req.state = RUNNING
+        req.state = RequestState.RUNNING
         self.prefills.append((req.id, len(tokens)))
 
     def decode(self, reqs: list[Request]) -> None:
@@ -116,10 +114,8 @@ class EngineState:
                     f"(blocks.append(req.id)); its blocks hold {self.blocks.lengths.get(r.id)} "
                     f"tokens, {want} are needed"
                 )
-        m = model()
-        with torch.inference_mode():
-            last = torch.tensor([[r.output[-1]] for r in reqs])
-            logits = m(last, self.cache.view([r.id for r in reqs], 1))[:, -1]
+        last = torch.tensor([[r.output[-1]] for r in reqs])  # (B, 1)
+        logits = decode_paged(model(), self.cache.view([r.id for r in reqs], 1), last)  # (B, vocab)
         for r, tok in zip(reqs, next_token(logits)[:, 0].tolist()):
             r.output.append(int(tok))
         self.decodes.append([r.id for r in reqs])
@@ -127,7 +123,7 @@ class EngineState:
     def finish(self, req: Request) -> None:
         if req.id in self.blocks.tables:
             raise LabCheckFailed(f"request {req.id} finished while it still held its blocks: free them first")
-        req.state = FINISHED
+        req.state = RequestState.FINISHED
         self.finished.append(req)
 
     def submit(self, req: Request) -> None:

@@ -27,6 +27,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ailab.server.edge import ServerBusy
 from ailab.generation.engine_core import EngineCore, StepOutput, Submit, core_process_main
+from ailab.generation.request import FinishReason
 
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -311,7 +312,7 @@ class GenerationEngine:
             if reason is not None:
                 del self._streams[rid]
                 self._count_end(stream, reason)
-                if reason == "cancelled":  # nobody is listening any more
+                if reason == FinishReason.CANCELLED:  # nobody is listening any more
                     continue
             if tokens or reason:
                 by_loop[stream.loop].append((stream, Update(tokens, reason)))

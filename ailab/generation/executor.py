@@ -1,0 +1,82 @@
+"""The executing half of a step: the plan (plan.py) run over the paged KV cache, each scheduled request's new
+token returned (vLLM v1's model runner and its `ModelRunnerOutput`). The executor reads the requests (their tokens,
+their sampling settings) and changes none of them: the engine (scheduler.py) applies what it returns.
+
+    prepare   token ids and one paged view per forward: block tables, positions and the new tokens' slots
+    forward   `prefill_paged` per admitted request (prompts differ in length), one `decode_paged` for all running
+    sample    one argmax over every row of the step, one copy to the host; a row at temperature > 0 is then
+              drawn with its request's own generator (seeded, so a request's draws do not depend on its batch)
+
+Each part is timed (`ModelOutput.prepare_s`, ...). On a GPU the device is synchronised before each clock reading,
+or the time of queued kernels would land in whichever part first waits for them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ailab.device import sync
+from ailab.generation.decode import decode_paged, next_token, prefill_paged
+from ailab.generation.paged import PagedKVCache
+from ailab.generation.plan import SchedulerOutput
+from ailab.generation.request import Request
+
+
+@dataclass
+class ModelOutput:
+    tokens: dict[int, int]  # request id -> its new token
+    prepare_s: float = 0.0
+    forward_s: float = 0.0
+    sample_s: float = 0.0
+
+
+class ModelExecutor:
+    def __init__(self, model, cache: PagedKVCache):
+        self.model, self.cache, self.device = model, cache, cache.k.device
+        self._generators: dict[int, torch.Generator] = {}  # request id -> its sampling state, while it lives
+
+    def _now(self) -> float:
+        if self.device.type != "cpu":  # CUDA and MPS run asynchronously: wait for the queued work first
+            sync(self.device)
+        return time.perf_counter()
+
+    def execute(self, plan: SchedulerOutput) -> ModelOutput:
+        for rid in plan.finished_ids:
+            self._generators.pop(rid, None)
+        rows = plan.scheduled  # one logits row each, in this order
+        if not rows:
+            return ModelOutput({})
+        t0 = self._now()
+        prefills = [
+            (torch.tensor([req.prompt + req.output], device=self.device), self.cache.view([req.id], n))  # (1, n)
+            for req, n in plan.prefill
+        ]
+        if plan.decode:
+            last = torch.tensor([[r.output[-1]] for r in plan.decode], device=self.device)  # (B, 1)
+            decode_view = self.cache.view([r.id for r in plan.decode], 1)
+        t1 = self._now()
+        logits = [prefill_paged(self.model, view, ids) for ids, view in prefills]  # (1, vocab) each
+        if plan.decode:
+            logits.append(decode_paged(self.model, decode_view, last))  # (B, vocab)
+        logits = torch.cat(logits) if len(logits) > 1 else logits[0]  # (rows, vocab)
+        t2 = self._now()
+        tokens = self.sample(rows, logits)
+        t3 = time.perf_counter()  # sample() ends in a copy to the host: nothing is left queued
+        return ModelOutput(dict(zip((r.id for r in rows), tokens)), t1 - t0, t2 - t1, t3 - t2)
+
+    def sample(self, rows: list[Request], logits: torch.Tensor) -> list[int]:
+        """(rows, vocab) logits -> one token per row: greedy rows from one batched argmax, the others drawn."""
+        tokens = next_token(logits)[:, 0].tolist()  # (rows,): one argmax and one host copy for the whole step
+        for i, req in enumerate(rows):
+            if req.temperature > 0:
+                tokens[i] = int(next_token(logits[i : i + 1], req.temperature, self._generator(req, logits), req.top_p))
+        return tokens
+
+    def _generator(self, req: Request, logits: torch.Tensor) -> torch.Generator:
+        if req.id not in self._generators:  # on the logits' device: CUDA samples there
+            seed = req.seed if req.seed is not None else req.id
+            self._generators[req.id] = torch.Generator(logits.device).manual_seed(seed)
+        return self._generators[req.id]
