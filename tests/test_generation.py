@@ -560,3 +560,22 @@ def test_a_step_reports_its_time_in_parts(model):
     for t in (first.times, second.times):
         assert t.forward_s > 0 and min(t.plan_s, t.prepare_s, t.sample_s, t.apply_s) >= 0
         assert t.total_s == pytest.approx(t.overhead_s + t.forward_s)
+
+
+def test_a_planner_given_to_the_scheduler_plans_every_step_with_the_same_arguments(model):
+    # The scheduler-step lab runs a learner's planning step here: the engine calls it as it calls schedule().
+    from ailab.generation import schedule
+
+    calls = []
+
+    def planner(waiting, running, blocks, max_running, policy):
+        calls.append((waiting, running, blocks, max_running, policy))
+        return schedule(waiting, running, blocks, max_running, policy)
+
+    reqs = _requests([5, 9], [3, 4], seed=21)
+    done, steps = _run(model, reqs, 16, max_running=2, planner=planner)
+    assert len(calls) == steps and sorted(r.id for r in done) == [0, 1]
+    waiting, running, blocks, max_running, policy = calls[0]
+    assert (max_running, policy) == (2, "continuous") and isinstance(blocks, BlockAllocator)
+    for r in reqs:
+        assert r.output == _expected(model, r)

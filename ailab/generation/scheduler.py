@@ -13,6 +13,10 @@ One `step()` is three calls, each in a file of its own:
               and they leave, handed to the caller once in the step's report (`StepReport.done`). The engine
               keeps no reference to them, so a server that runs it for days holds only what waits and runs.
 
+The plan is whatever `planner` returns (plan.schedule unless another is given, called with the same arguments:
+the waiting deque, the running list, the block allocator, max_running and policy): the scheduler-step lab runs a
+learner's planning step here in its place, inside this same engine.
+
 policy="static" is the comparison: a batch is admitted only when the previous one has wholly finished, so
 short members sit idle until the longest ends. A request that could never fit the whole pool is refused
 when it is submitted (RequestTooLarge), not left to wait forever.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ailab.generation.executor import ModelExecutor, ModelOutput
 from ailab.generation.paged import PagedKVCache
@@ -76,11 +81,13 @@ class Scheduler:
         max_running: int | None = None,
         policy: str = "continuous",
         clock=time.perf_counter,
+        planner: Callable[..., SchedulerOutput] = schedule,
     ):
         if policy not in ("continuous", "static"):
             raise ValueError(f"policy={policy!r}; choose 'continuous' or 'static'")
         self.model, self.cache, self.alloc = model, cache, cache.allocator
         self.max_running, self.policy, self.clock = max_running, policy, clock
+        self.planner = planner  # (waiting, running, blocks, max_running, policy) -> SchedulerOutput
         self.executor = ModelExecutor(model, cache)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -106,7 +113,7 @@ class Scheduler:
         return not self.waiting and not self.running
 
     def schedule(self) -> SchedulerOutput:
-        plan = schedule(self.waiting, self.running, self.alloc, self.max_running, self.policy)
+        plan = self.planner(self.waiting, self.running, self.alloc, self.max_running, self.policy)
         plan.finished_ids, self._left = self._left, []
         return plan
 
