@@ -125,10 +125,9 @@ def _ids(reqs) -> list[int]:
 class _Before:
     """What the engine held when a planning step began: enough to judge the plan it returned."""
 
-    def __init__(self, waiting, running, blocks: BlockAllocator, step: int):
+    def __init__(self, waiting, running, step: int):
         self.step = step
         self.waiting, self.running = _ids(waiting), _ids(running)  # oldest first; admission order
-        self.free = len(blocks.free_blocks)
         self.tokens = {r.id: len(r.prompt) + len(r.output) for r in list(waiting) + list(running)}
 
 
@@ -156,7 +155,7 @@ class _Plan:
 class _Run:
     """What a drive saw: each plan's prefills (request id, tokens), its decode batch, its preempted ids."""
 
-    scheduler: Scheduler
+    scheduler: Scheduler | None
     finished: list[Request] = field(default_factory=list)
     prefills: list[tuple[int, int]] = field(default_factory=list)
     decodes: list[list[int]] = field(default_factory=list)
@@ -176,7 +175,7 @@ def _judge_contract(p: _Plan) -> None:
     )
     for entry in plan.prefill:
         expect(
-            isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Request),
+            isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], Request),
             p.say(f"plan.prefill holds {entry!r}; each entry is a pair (request, tokens to prefill)"),
         )
     for name in ("decode", "preempted"):
@@ -437,7 +436,7 @@ class _Watched:
         self.fn, self.run, self.what, self.judges = fn, run, what, judges
 
     def __call__(self, waiting, running, blocks, max_running, policy):
-        before = _Before(waiting, running, blocks, self.run.steps)
+        before = _Before(waiting, running, self.run.steps)
         plan = self.fn(waiting, running, blocks, max_running, policy)
         p = _Plan(before, plan, waiting, running, blocks, max_running, self.what)
         _judge_contract(p)
