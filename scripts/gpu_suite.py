@@ -58,9 +58,10 @@ PLAN = (
     ),
     Item(
         "notebooks/5_generation/01_the_decode_loop.ipynb",
-        180,
-        False,
-        "the KV cache's VRAM: bytes asked for = formula, blocks = formula rounded by the allocator",
+        300,
+        True,
+        "the KV cache's VRAM: bytes asked for = formula, blocks = formula rounded by the allocator; a decode step "
+        "by batch, eager and compiled (reduce-overhead: CUDA graphs over batch buckets)",
     ),
     Item(
         "notebooks/2_engine/03_precision.ipynb",

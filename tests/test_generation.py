@@ -402,7 +402,19 @@ def test_bench_generation_quick_has_every_figure():
             and row["forward_ms"] + row["overhead_ms"] <= row["step_ms"]
         )
     assert sat["overhead_ms_per_step"] > 0 and sat["forward_ms_per_step"] > 0
-    assert sat["bound_without_overhead_tokens_per_s"] > sat["bound_tokens_per_s"] > 0 and sat["share_of_bound"] > 0
+    assert sat["bound_without_overhead_tokens_per_s"] > sat["bound_tokens_per_s"] > 0
+    # priced by the run's own decode steps, a run cannot beat its bound by more than the steps' spread: the prefills
+    # and the loop around the steps only add time
+    assert 0 < sat["share_of_bound"] < 1.25 and sat["bare_step_ms"] > 0 and sat["tpot_over_bare_step"] > 0
+    assert sat["bound_tokens_per_s"] > sat["bound_with_prefills_tokens_per_s"] > 0, "prefills only add time"
+    assert sat["share_of_bound_with_prefills"] > sat["share_of_bound"]
+    assert [r["tokens"] for r in sat["prefill_cost"]] == [8, 32, 64, 96] and all(
+        r["ms"] > 0 for r in sat["prefill_cost"]
+    )
+    for row in (r for r in sat["rows"] if r["engine"] == "continuous"):
+        costs = row["step_cost_in_run"]
+        assert costs and [c["batch"] for c in costs] == sorted({c["batch"] for c in costs})
+        assert costs[-1]["batch"] == 8 and all(c["step_ms"] >= c["forward_ms"] > 0 and c["steps"] for c in costs)
     json.dumps(out)
 
 
@@ -443,6 +455,28 @@ def test_the_bound_prices_each_step_of_a_full_continuous_schedule_by_hand():
     assert continuous_bound(reqs, cost, max_running=8) == pytest.approx(10 / 0.007)
     # outside the measured sizes, the nearest end's cost
     assert continuous_bound(reqs, [{"batch": 2, "step_ms": 1.0}], max_running=3) == pytest.approx(10 / 0.004)
+    # prefills priced by prompt length (1 token each here, between 0 and 2 tokens: 0.5 ms): 7 + 4 x 0.5 = 9 ms
+    prefill = [{"tokens": 2, "ms": 1.0}, {"tokens": 0, "ms": 0.0}]
+    assert continuous_bound(reqs, cost, max_running=3, prefill_cost=prefill) == pytest.approx(10 / 0.009)
+    longer = [Request(i, [1] * (4 * i + 1), n) for i, n in enumerate([1, 4, 2, 3])]  # prompts of 1, 5, 9, 13 tokens
+    # one prefill at the nearest end's price (13 > 9 tokens), the others interpolated: 1.0 + 3.0 + 5.0 + 5.0 = 14 ms
+    assert continuous_bound(
+        longer, cost, max_running=3, prefill_cost=[{"tokens": 1, "ms": 1.0}, {"tokens": 9, "ms": 5.0}]
+    ) == pytest.approx(10 / 0.021)
+
+
+def test_a_run_prices_only_its_decode_steps_by_batch(model):
+    from ailab.generation.trace import run_scheduler
+
+    # 3 seats, all at once: step 1 admits the three (prefills, not priced), steps 2-3 decode three and the 3-token one
+    # ends; steps 4-5 decode two. Two seats: step 1 admits two, steps 2-3 decode two (the 3-token one ends), step 4
+    # admits the third beside a decode (not priced), step 5 decodes two (the first ends), steps 6-8 decode one.
+    trace = [Request(i, [1, 2, 3], n, arrival_s=0.0) for i, n in enumerate([5, 3, 5])]
+    row = run_scheduler(model, trace, "continuous", num_blocks=8, block_size=4, max_running=3)
+    assert [(c["batch"], c["steps"]) for c in row["step_cost_in_run"]] == [(2, 2), (3, 2)]
+    row = run_scheduler(model, trace, "continuous", num_blocks=8, block_size=4, max_running=2)
+    assert [(c["batch"], c["steps"]) for c in row["step_cost_in_run"]] == [(1, 3), (2, 3)]
+    assert all(c["step_ms"] >= c["forward_ms"] > 0 for c in row["step_cost_in_run"])
 
 
 def test_step_cost_by_batch_has_a_row_per_batch(model):

@@ -4,6 +4,7 @@ their sampling settings) and changes none of them: the engine (scheduler.py) app
 
     prepare   token ids and one paged view per forward: block tables, positions and the new tokens' slots
     forward   `prefill_paged` per admitted request (prompts differ in length), one `decode_paged` for all running
+              (with `compile=True`, its forward compiled: compiled.py)
     sample    one argmax over every row of the step, one copy to the host; a row at temperature > 0 is then
               drawn with its request's own generator (seeded, so a request's draws do not depend on its batch)
 
@@ -34,8 +35,14 @@ class ModelOutput:
 
 
 class ModelExecutor:
-    def __init__(self, model, cache: PagedKVCache):
+    def __init__(self, model, cache: PagedKVCache, compile: bool = False):
         self.model, self.cache, self.device = model, cache, cache.k.device
+        if compile:  # the same decode_paged, its forward compiled (compiled.py); the prefills stay eager
+            from ailab.generation.compiled import compile_decode
+
+            self.decode = compile_decode(model, cache)
+        else:
+            self.decode = lambda view, token: decode_paged(model, view, token)
         self._generators: dict[int, torch.Generator] = {}  # request id -> its sampling state, while it lives
 
     def _now(self) -> float:
@@ -60,7 +67,7 @@ class ModelExecutor:
         t1 = self._now()
         logits = [prefill_paged(self.model, view, ids) for ids, view in prefills]  # (1, vocab) each
         if plan.decode:
-            logits.append(decode_paged(self.model, decode_view, last))  # (B, vocab)
+            logits.append(self.decode(decode_view, last))  # (B, vocab)
         logits = torch.cat(logits) if len(logits) > 1 else logits[0]  # (rows, vocab)
         t2 = self._now()
         tokens = self.sample(rows, logits)

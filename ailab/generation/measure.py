@@ -6,6 +6,7 @@ cache_bytes_per_token   bytes the cache's tensors ask for per cached token (slop
 cache_vs_recompute      per-token decode time with the cache vs recomputing the whole prefix, as n grows
 prefill_vs_decode       tokens/s of both phases and their arithmetic intensity, for the roofline
 paged_waste             KV slots reserved vs used by the real allocator on a mix of lengths
+count_ops               tensor operations a call runs (a decode step's are as many at batch 1 as at 16)
 """
 
 from __future__ import annotations
@@ -111,6 +112,23 @@ def cache_vs_recompute(model, lengths: Sequence[int] = (16, 64, 128, 256, 448), 
             }
         )
     return rows
+
+
+def count_ops(fn) -> int:
+    """How many tensor operations (ATen calls, each at least one kernel) `fn()` runs: what a step pays per call
+    whatever its sizes. Eager only: a compiled function's fused kernels are not ATen calls."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.calls
 
 
 def param_count(model) -> int:

@@ -21,6 +21,13 @@ from ailab.generation.decoder import masked_attention
 from ailab.generation.kv_cache import model_placement
 
 
+@torch.library.custom_op("ailab::store_kv", mutates_args=("pool",))
+def store_kv(pool: torch.Tensor, layer: int, slots: torch.Tensor, rows: torch.Tensor) -> None:
+    """pool[layer, slots] = rows, in place: pool (layers, slots, H, D), slots (N,), rows (N, H, D). A custom op so
+    that torch.compile leaves the write as it is (compiled.py says why): eager code writes with plain indexing."""
+    pool[layer].index_copy_(0, slots, rows)
+
+
 class OutOfBlocks(RuntimeError):
     """Not enough free blocks for what was asked; nothing was allocated."""
 
@@ -144,8 +151,12 @@ class PagedView:
     def attend(self, layer: int, q, k, v, scale: float):
         B, H, T, D = k.shape
         store_k, store_v = self.cache.k[layer], self.cache.v[layer]  # (slots, H, D)
-        store_k[self.new_slots.reshape(-1)] = k.transpose(1, 2).reshape(B * T, H, D)
-        store_v[self.new_slots.reshape(-1)] = v.transpose(1, 2).reshape(B * T, H, D)
+        new_k, new_v = (z.transpose(1, 2).reshape(B * T, H, D) for z in (k, v))  # (B*T, H, D)
+        if torch.compiler.is_compiling():
+            store_kv(self.cache.k, layer, self.new_slots.reshape(-1), new_k)
+            store_kv(self.cache.v, layer, self.new_slots.reshape(-1), new_v)
+        else:
+            store_k[self.new_slots.reshape(-1)], store_v[self.new_slots.reshape(-1)] = new_k, new_v
         # Gathered a whole block at a time (one index per block, not per token): S is the longest table's
         # blocks * block_size; slots past a sequence's length (a tail, or block-0 padding) are masked out.
         width = self.table.shape[1] * self.block_size

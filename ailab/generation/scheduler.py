@@ -82,13 +82,14 @@ class Scheduler:
         policy: str = "continuous",
         clock=time.perf_counter,
         planner: Callable[..., SchedulerOutput] = schedule,
+        compile: bool = False,
     ):
         if policy not in ("continuous", "static"):
             raise ValueError(f"policy={policy!r}; choose 'continuous' or 'static'")
         self.model, self.cache, self.alloc = model, cache, cache.allocator
         self.max_running, self.policy, self.clock = max_running, policy, clock
         self.planner = planner  # (waiting, running, blocks, max_running, policy) -> SchedulerOutput
-        self.executor = ModelExecutor(model, cache)
+        self.executor = ModelExecutor(model, cache, compile)  # compile: the decode step under torch.compile
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._left: list[int] = []  # ids finished or cancelled since the last plan: the executor forgets them

@@ -81,17 +81,22 @@ def run_scheduler(
     block_size: int = 16,
     max_running: int = 8,
     timeline: bool = False,
+    compile: bool = False,
 ) -> dict:
     """Serve `trace` in real time with the Scheduler; times are taken relative to the run's start.
-    With `timeline`, the row also holds (seconds, blocks in use, running, waiting) after every step."""
+    With `timeline`, the row also holds (seconds, blocks in use, running, waiting) after every step.
+    With `compile`, the decode step runs compiled (compiled.py), compiled before the clock starts."""
     reqs = [copy.deepcopy(r) for r in trace]
+    cache = PagedKVCache.for_model(model, num_blocks, block_size)
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731 - the scheduler stamps requests in run time
-    cache = PagedKVCache.for_model(model, num_blocks, block_size)
-    sched = Scheduler(model, cache, max_running, policy, clock)
+    sched = Scheduler(model, cache, max_running, policy, clock, compile=compile)
+    _warm(sched)
+    t0 = time.perf_counter()
     pending = sorted(reqs, key=lambda r: r.arrival_s)
     steps: list[tuple[float, int, int, int]] = []
     n_steps, forward_s, overhead_s = 0, 0.0, 0.0
+    decode_steps: dict[int, list[tuple[float, float]]] = {}  # batch -> (wall s, forward s) of steps that only decode
     saturated = None  # (seconds, tokens) when the last request was let in: until then, demand exceeded seats
     while pending or not sched.idle:
         now = clock()
@@ -100,8 +105,12 @@ def run_scheduler(
         if sched.idle:
             time.sleep(max(0.0, pending[0].arrival_s - clock()))
             continue
-        times = sched.step().times
+        started = time.perf_counter()
+        report = sched.step()
+        wall, times = time.perf_counter() - started, report.times
         n_steps, forward_s, overhead_s = n_steps + 1, forward_s + times.forward_s, overhead_s + times.overhead_s
+        if report.decoded and not report.admitted and not report.preempted:
+            decode_steps.setdefault(report.decoded, []).append((wall, times.forward_s))
         if saturated is None and not pending and not sched.waiting:
             saturated = (clock(), sum(len(r.output) for r in reqs))
         if timeline:
@@ -116,7 +125,27 @@ def run_scheduler(
     row["steps"] = n_steps
     row["forward_ms_per_step"] = forward_s * 1e3 / n_steps if n_steps else None
     row["overhead_ms_per_step"] = overhead_s * 1e3 / n_steps if n_steps else None
+    # What a decode step cost in this run, by batch size (medians): the prices continuous_bound takes, from the very
+    # steps served, so the share of the bound compares the run with itself, on the same machine at the same moment.
+    row["step_cost_in_run"] = [
+        {
+            "batch": b,
+            "steps": len(runs),
+            "step_ms": float(np.median([w for w, _ in runs])) * 1e3,
+            "forward_ms": float(np.median([f for _, f in runs])) * 1e3,
+        }
+        for b, runs in sorted(decode_steps.items())
+    ]
     return {**row, "timeline": steps} if timeline else row
+
+
+def _warm(sched: Scheduler) -> None:
+    """Two short requests through prefill and decode, so that no run pays a first call's cost (a compilation, a
+    GPU's first kernels) inside its timed part."""
+    for i in (-1, -2):
+        sched.submit(Request(i, [32] * 8, 3))
+    while not sched.idle:
+        sched.step()
 
 
 @torch.inference_mode()
@@ -166,14 +195,28 @@ def compare_batching(
     return rows
 
 
-def flat_out_gain(rows: Sequence[dict], key: str = "saturated_tokens_per_s") -> float:
-    """Continuous over static `key` (default: tokens/s while requests waited): the median of the per-round ratios
-    of compare_batching's rows (each round runs both on the same trace back to back, so a burst of load elsewhere
-    spoils a round, not a side)."""
+def compare_compiled(model, trace: Sequence[Request], rounds: int = 3, max_running: int = 8) -> list[dict]:
+    """The continuous scheduler on `trace` with its decode step eager and compiled, interleaved (`rounds` times
+    each, in turn; the compilation happens before the first compiled run's clock starts): one row per run."""
+    rows = []
+    for i in range(rounds):
+        for compiled in (False, True):
+            row = run_scheduler(model, trace, "continuous", max_running=max_running, compile=compiled)
+            rows.append({"round": i, **row, "engine": "compiled" if compiled else "eager"})
+    return rows
+
+
+def flat_out_gain(
+    rows: Sequence[dict], key: str = "saturated_tokens_per_s", engines: tuple[str, str] = ("continuous", "static")
+) -> float:
+    """engines[0] over engines[1] (default: continuous over static) in `key` (default: tokens/s while requests
+    waited): the median of the per-round ratios of compare_batching's (or compare_compiled's) rows. Each round runs
+    both on the same trace back to back, so a burst of load elsewhere spoils a round, not a side."""
     by_round: dict[int, dict] = {}
     for r in rows:
         by_round.setdefault(r["round"], {})[r["engine"]] = r.get(key)  # HF generate rows have no saturated figure
-    return float(np.median([e["continuous"] / e["static"] for e in by_round.values()]))
+    a, b = engines
+    return float(np.median([e[a] / e[b] for e in by_round.values()]))
 
 
 def static_occupancy(trace: Sequence[Request], max_running: int = 8) -> float:
@@ -186,18 +229,24 @@ def static_occupancy(trace: Sequence[Request], max_running: int = 8) -> float:
 
 
 def step_cost_by_batch(
-    model, batches: Sequence[int] = (1, 2, 4, 8, 16), context: int = 64, steps: int = 10, rounds: int = 3
+    model,
+    batches: Sequence[int] = (1, 2, 4, 8, 16),
+    context: int = 64,
+    steps: int = 10,
+    rounds: int = 3,
+    compile: bool = False,
 ) -> list[dict]:
     """The time of one decode step of the Scheduler with `b` sequences of `context` tokens running, for each b
     (median of `rounds`, the batch sizes taken in turn each round), and its parts: the model's forward and the
     scheduler's own overhead (plan, prepare: block tables and token tensors, sampling, apply), each in ms per step.
     Where the step grows with b, a half-empty static batch costs less per step and continuous batching gains less
-    than the seats' occupancy says."""
+    than the seats' occupancy says. With `compile`, the decode step compiled (compiled.py; compiled in the warm-up)."""
     parts = ("plan", "prepare", "forward", "sample", "apply")
     samples: dict[int, list[dict]] = {b: [] for b in batches}
     for _ in range(rounds):
         for b in batches:
-            sched = Scheduler(model, PagedKVCache.for_model(model, b * (context // 16 + 4) + 4, 16), max_running=b)
+            cache = PagedKVCache.for_model(model, b * (context // 16 + 4) + 4, 16)
+            sched = Scheduler(model, cache, max_running=b, compile=compile)
             for i in range(b):
                 sched.submit(Request(i, [i % 256] * context, steps + 4))
             sched.step()  # admits and prefills every sequence
@@ -241,19 +290,48 @@ def continuous_batch_sizes(trace: Sequence[Request], max_running: int = 8) -> li
     return sizes
 
 
-def continuous_bound(trace: Sequence[Request], step_cost: Sequence[dict], max_running: int = 8, key="step_ms") -> float:
+def continuous_bound(
+    trace: Sequence[Request],
+    step_cost: Sequence[dict],
+    max_running: int = 8,
+    key: str = "step_ms",
+    prefill_cost: Sequence[dict] | None = None,
+) -> float:
     """The tokens/s continuous batching would serve on `trace`, all waiting at once, if every step cost what a
     decode step of its batch size was measured to cost: the steps of `continuous_batch_sizes`, each priced from
-    `step_cost` (rows of step_cost_by_batch; linear between measured sizes, the nearest end outside them), tokens
-    over their sum. It counts what a batch costs on this machine (unlike 1 / static_occupancy, which prices every
-    step the same), and nothing else: a prefill costs a decode step, nobody waits for a block, the scheduler is as
-    fast as it was in the measured steps (`key="forward_ms"`: as if it took no time at all). A run's tokens/s over
-    it is the share of the bound reached."""
+    `step_cost` (rows of step_cost_by_batch, or a run's `step_cost_in_run`; linear between measured sizes, the
+    nearest end outside them), tokens over their sum. It counts what a batch costs on this machine (unlike
+    1 / static_occupancy, which prices every step the same), and nothing else: nobody waits for a block, the
+    scheduler is as fast as it was in the measured steps (`key="forward_ms"`: as if it took no time at all), and a
+    prompt's prefill is free unless `prefill_cost` (rows of prefill_cost_by_length) prices each request's prefill
+    by its prompt's length. A run's tokens/s over it is the share of the bound reached."""
     sizes = continuous_batch_sizes(trace, max_running)
     rows = sorted(step_cost, key=lambda r: r["batch"])
-    xs, ys = [r["batch"] for r in rows], [r[key] for r in rows]
-    seconds = float(np.interp(sizes, xs, ys).sum()) / 1e3
-    return sum(sizes) / seconds
+    ms = float(np.interp(sizes, [r["batch"] for r in rows], [r[key] for r in rows]).sum())
+    if prefill_cost:
+        rows = sorted(prefill_cost, key=lambda r: r["tokens"])
+        prompts = [len(r.prompt) for r in trace]
+        ms += float(np.interp(prompts, [r["tokens"] for r in rows], [r["ms"] for r in rows]).sum())
+    return sum(sizes) / (ms / 1e3)
+
+
+def prefill_cost_by_length(model, lengths: Sequence[int] = (8, 32, 64, 96), rounds: int = 7) -> list[dict]:
+    """The time of one prompt's prefill (`prefill_paged`, the forward alone, the view built before the clock) at
+    each length: the median of `rounds`, the lengths taken in turn each round. What continuous_bound adds per
+    request when it prices the prefills too."""
+    from ailab.generation.decode import prefill_paged
+
+    samples: dict[int, list[float]] = {n: [] for n in lengths}
+    for i in range(rounds + 1):  # the first round warms up
+        for n in lengths:
+            cache = PagedKVCache.for_model(model, -(-n // 16), 16)
+            cache.allocator.allocate(0, n)
+            view, ids = cache.view([0], n), torch.full((1, n), 32, device=cache.k.device)  # ids (1, n)
+            t0 = time.perf_counter()
+            prefill_paged(model, view, ids).cpu()  # to the host: on a GPU, the forward has finished
+            if i:
+                samples[n].append(time.perf_counter() - t0)
+    return [{"tokens": n, "ms": float(np.median(v)) * 1e3} for n, v in samples.items()]
 
 
 def scheduler_view(

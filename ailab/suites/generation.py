@@ -7,8 +7,11 @@ paged waste       the real block allocator on a log-normal mix of lengths vs res
 batching          continuous vs static batching vs Hugging Face generate on one open-loop trace, interleaved
 saturated         the same three flat out (every request at once): continuous over static tokens/s; a decode step
                   by batch size, the model's forward ms beside the scheduler's own (plan, block tables, sampling,
-                  apply); and the share reached of the bound that prices each step at its measured cost
-                  (trace.continuous_bound)
+                  apply); the share reached of the bound that prices each step at what a decode step of its
+                  batch cost in the same run (trace.continuous_bound), and of that bound with each prompt's
+                  prefill priced too (measured alone, by length); TPOT p50 over the bare forward
+compiled          the decode step under torch.compile beside eager: step cost by batch, and the continuous
+                  scheduler flat out on the same burst, in turn (full runs, or --compile)
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ def parse_args(argv):
         "--requests", type=int, default=None, help="requests in the arrival trace (default: 8 s of arrivals)"
     )
     p.add_argument("--rate", type=float, default=None, help="arrivals per second (default: 60 %% of a measured rate)")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure the compiled decode step beside the eager one (default: on, off with --quick)",
+    )
     p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json generation` prints JSON")
     return p.parse_args(argv or [])
 
@@ -46,6 +55,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         compare_batching,
         continuous_bound,
         flat_out_gain,
+        prefill_cost_by_length,
         run_scheduler,
         static_occupancy,
         step_cost_by_batch,
@@ -100,7 +110,14 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     rows = compare_batching(model, burst, rounds=1 if quick else 3, max_running=seats)
     cost = step_cost_by_batch(model, (1, seats) if quick else (1, 2, 4, 8, 16))
     continuous = [r for r in rows if r["engine"] == "continuous"]
-    bound = continuous_bound(burst, cost, seats)
+    # Each continuous run against the bound priced by its own decode steps (trace.continuous_bound): what it lost
+    # to prefills, preemptions and the loop around the steps. And its TPOT against the bare forward at full seats.
+    bounds = [continuous_bound(burst, r["step_cost_in_run"], seats) for r in continuous]
+    # The same bound with each request's prefill priced too (measured alone, by prompt length): what is left between
+    # it and a run is the scheduler's own time, its idle moments, and what running the prefills apart costs.
+    prefill = prefill_cost_by_length(model, (8, 32, 64, 96), rounds=3 if quick else 7)
+    with_prefills = [continuous_bound(burst, r["step_cost_in_run"], seats, prefill_cost=prefill) for r in continuous]
+    bare = [next(c["forward_ms"] for c in r["step_cost_in_run"] if c["batch"] == seats) for r in continuous]
     out["saturated"] = {
         "requests": len(burst),
         "rows": rows,
@@ -111,10 +128,47 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         # the measured continuous run: the scheduler's own ms per step beside the forward's
         "overhead_ms_per_step": float(np.median([r["overhead_ms_per_step"] for r in continuous])),
         "forward_ms_per_step": float(np.median([r["forward_ms_per_step"] for r in continuous])),
-        # the bound that prices every step at its measured cost, and what share of it the run reached
-        "bound_tokens_per_s": bound,
-        "bound_without_overhead_tokens_per_s": continuous_bound(burst, cost, seats, "forward_ms"),
-        "share_of_bound": float(np.median([r["tokens_per_s"] for r in continuous])) / bound,
+        # the bound that prices every step at what a decode step of its batch cost in the run, and the share of it
+        # each run reached (median over rounds); without the scheduler's own time, steps priced at the forward alone
+        "bound_tokens_per_s": float(np.median(bounds)),
+        "bound_without_overhead_tokens_per_s": float(
+            np.median([continuous_bound(burst, r["step_cost_in_run"], seats, "forward_ms") for r in continuous])
+        ),
+        "share_of_bound": float(np.median([r["tokens_per_s"] / b for r, b in zip(continuous, bounds)])),
+        "prefill_cost": prefill,
+        "bound_with_prefills_tokens_per_s": float(np.median(with_prefills)),
+        "share_of_bound_with_prefills": float(
+            np.median([r["tokens_per_s"] / b for r, b in zip(continuous, with_prefills)])
+        ),
+        # TPOT p50 over the bare forward of a decode step at full seats, in the same run (target: <= 1.25)
+        "bare_step_ms": float(np.median(bare)),
+        "tpot_over_bare_step": float(np.median([r["tpot_p50_ms"] / b for r, b in zip(continuous, bare)])),
     }
+    if args.compile if args.compile is not None else not quick:
+        out["compiled"] = compiled_vs_eager(model, burst, seats, cost, rounds=1 if quick else 3)
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def compiled_vs_eager(model, burst, seats: int, eager_cost: list[dict], rounds: int) -> dict:
+    """The decode step compiled (ailab.generation.compiled) beside the eager one: its cost by batch size, and the
+    continuous scheduler flat out on the same burst, eager and compiled in turn."""
+    import numpy as np
+
+    from ailab.generation.trace import compare_compiled, flat_out_gain, step_cost_by_batch
+
+    t0 = time.perf_counter()
+    cost = step_cost_by_batch(model, [r["batch"] for r in eager_cost], compile=True)  # its warm-up compiles
+    rows = compare_compiled(model, burst, rounds=rounds, max_running=seats)
+    eager = {r["batch"]: r for r in eager_cost}
+    return {
+        "mode": "reduce-overhead" if model.device.type == "cuda" else "default",
+        "seconds_with_compilation": time.perf_counter() - t0,
+        "step_cost": cost,
+        "compiled_over_eager_step_ms": {r["batch"]: r["step_ms"] / eager[r["batch"]]["step_ms"] for r in cost},
+        "rows": rows,
+        "compiled_over_eager_tokens_per_s": flat_out_gain(rows, "tokens_per_s", ("compiled", "eager")),
+        "tpot_p50_ms": {
+            e: float(np.median([r["tpot_p50_ms"] for r in rows if r["engine"] == e])) for e in ("eager", "compiled")
+        },
+    }

