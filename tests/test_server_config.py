@@ -77,3 +77,29 @@ def test_bad_values_are_refused_by_name_from_python_too():
     assert base.replace(max_wait_ms=1).max_queue == 7
     with pytest.raises(ValueError, match="max_queue"):
         base.replace(max_queue=0)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--generate", "1m", "--generate-seats", "0"], "between 1 and 256"),
+        (["--generate", "1m", "--generate-seats", "257"], "between 1 and 256"),
+        (["--generate-seats", "16"], "need --generate SIZE"),
+    ],
+)
+def test_bad_generation_seats_are_named_and_nothing_starts(capsys, argv, words):
+    assert serve_main(["--port", "0", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+
+
+def test_the_generation_engine_takes_its_seats_from_the_flag():
+    from ailab.server.run import build_parser, generation_engine
+
+    engine = generation_engine(
+        build_parser().parse_args(["--generate", "1m", "--generation-in-thread", "--generate-seats", "3"])
+    )
+    try:
+        assert engine.ready.wait(60) and engine.scheduler.max_running == 3
+    finally:
+        engine.close()

@@ -200,6 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HEX",
         help="the trusted SHA-256 of --generate-weights (save_lm returns it); a file that differs is refused",
     )
+    p.add_argument(
+        "--generate-seats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --generate: sequences decoded together at most (the scheduler's max_running; default 8). Beyond "
+        "them a request waits for a seat, and its time to first token with it",
+    )
     add_config_flags(p)
     p.add_argument(
         "--timeout-s", dest="request_timeout_s", type=float, default=None, help="the same as --request-timeout-s"
@@ -280,12 +288,16 @@ def generation_engine(args, threads: int | None = None):
             or args.classifier
             or args.served_model_name
             or args.generation_in_thread
+            or args.generate_seats is not None
         ):
             raise ValueError(
-                "--generate-weights, --generate-sha256, --classifier, --served-model-name and "
+                "--generate-weights, --generate-sha256, --classifier, --served-model-name, --generate-seats and "
                 "--generation-in-thread need --generate SIZE (the model's size)"
             )
         return None
+    seats = 8 if args.generate_seats is None else args.generate_seats
+    if not 1 <= seats <= 256:
+        raise ValueError(f"--generate-seats must be between 1 and 256 sequences, got {seats}")
     from functools import partial
 
     from ailab.generation.engine_core import default_core_threads, generation_model
@@ -303,8 +315,8 @@ def generation_engine(args, threads: int | None = None):
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
     threads = threads or default_core_threads()
     if args.generation_in_thread:
-        return GenerationEngine(factory(), name=name, threads=threads)
-    return GenerationEngine(factory, name=name, threads=threads, process=True)
+        return GenerationEngine(factory(), max_running=seats, name=name, threads=threads)
+    return GenerationEngine(factory, max_running=seats, name=name, threads=threads, process=True)
 
 
 def _serve_with_ray(args, models, default, config) -> int:

