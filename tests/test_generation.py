@@ -585,6 +585,80 @@ def test_the_paged_forms_give_the_contiguous_logits(model):
         decode_paged(model, paged.view([0, 1], 1), ids[:1, :1])
 
 
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["a", "b", "d", "c", "e"],  # prompts, then decodes: how the executor packs a step
+        ["c", "e", "a", "b", "d"],  # decodes first
+        ["a", "c", "b", "e", "d"],  # interleaved: each group is scattered back to its places
+        ["b"],  # one prompt alone
+        ["e", "c"],  # decodes alone
+    ],
+)
+def test_a_packed_step_gives_each_sequence_its_own_next_token_logits(model, order):
+    # a and b are fresh prompts of unequal lengths, d a one-token prompt (one new token, like a decode, but with
+    # nothing cached); c and e decode one token after 9 and 30 cached. The oracle: each whole sequence's contiguous
+    # forward, its last logits.
+    from ailab.generation import prefill_paged, step_paged
+
+    seqs = {name: ids_of(n, seed=i)[0].tolist() for i, (name, n) in enumerate(zip("abcde", (25, 17, 10, 1, 31)))}
+    cached = {"c": 9, "e": 30}
+    paged = PagedKVCache.for_model(model, 32, 4)
+    for name, n in cached.items():  # their earlier tokens in the cache, as earlier steps left them
+        paged.allocator.allocate(name, n)
+        prefill_paged(model, paged.view([name], n), torch.tensor([seqs[name][:n]]))
+        paged.allocator.append(name)
+    for name in order:
+        if name not in cached:
+            paged.allocator.allocate(name, len(seqs[name]))
+    new = [seqs[n][cached.get(n, 0) :] for n in order]
+    ids = torch.tensor([[t for toks in new for t in toks]])  # (1, N)
+    got = step_paged(model, paged.packed_view(order, [len(t) for t in new]), ids)  # (B, vocab)
+    assert got.shape == (len(order), 256)
+    for row, name in zip(got, order):
+        whole = torch.tensor([seqs[name]])
+        want = prefill(model, KVCache.for_model(model, batch=1, max_len=whole.shape[1]), whole)[0]
+        assert torch.allclose(row, want, atol=1e-5), f"sequence {name} in order {order}"
+
+
+def test_a_packed_step_refuses_counts_and_ids_that_do_not_fit(model):
+    from ailab.generation import step_paged
+
+    paged = PagedKVCache.for_model(model, 8, 4)
+    paged.allocator.allocate(0, 5)
+    paged.allocator.allocate(1, 3)
+    with pytest.raises(ValueError, match="one count of new tokens per sequence"):
+        paged.packed_view([0, 1], [5])
+    with pytest.raises(ValueError, match="1 to its length"):
+        paged.packed_view([0, 1], [5, 4])  # 1 holds 3 tokens: it cannot bring 4
+    with pytest.raises(ValueError, match="1 to its length"):
+        paged.packed_view([0, 1], [5, 0])
+    with pytest.raises(ValueError, match="do not match"):
+        step_paged(model, paged.packed_view([0, 1], [5, 3]), ids_of(7))
+
+
+def test_every_step_runs_one_forward_whether_it_admits_or_not(hf):
+    # Admitting steps pack their prompts beside the decodes (step_paged): a forward per prompt would pay a forward's
+    # fixed cost again for each. The tokens stay those of one-at-a-time generation.
+    counted = Decoder(hf)
+    calls = []
+    plain = counted.forward
+    counted.forward = lambda ids, view: calls.append(tuple(ids.shape)) or plain(ids, view)
+    s = Scheduler(counted, PagedKVCache.for_model(counted, 32, 4), max_running=3)
+    reqs = _requests([5, 9, 1, 6], [3, 5, 4, 2], seed=3)
+    for r in reqs:
+        s.submit(r)
+    steps = 0
+    while not s.idle:
+        s.step()
+        steps += 1
+        assert len(calls) == steps, "one forward a step"
+    assert calls[0] == (1, 5 + 9 + 1), "the three admitted prompts packed in one row"
+    assert any(shape[1] > 1 and shape[0] == 1 for shape in calls[1:]), "request 3 admitted beside decodes"
+    for r in reqs:
+        assert r.output == _expected(counted, r)
+
+
 def test_a_step_reports_its_time_in_parts(model):
     s = Scheduler(model, PagedKVCache.for_model(model, 16, 4), max_running=2)
     s.submit(Request(0, [1, 2, 3], 3))

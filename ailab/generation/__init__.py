@@ -2,8 +2,9 @@
 
     decoder.py    Decoder: GPT-2's forward over a Hugging Face model's weights; attention reads ailab's cache
     kv_cache.py   KVCache (contiguous, reserved up front), kv_bytes_per_token, the no-cache view
-    decode.py     prefill, decode_one_token, generate, generate_without_cache; prefill_paged, decode_paged
-    paged.py      BlockAllocator, PagedKVCache, OutOfBlocks: fixed-size blocks, a free list, block tables
+    decode.py     prefill, decode_one_token, generate, generate_without_cache; prefill_paged, decode_paged,
+                  step_paged (prompts and decodes in one forward)
+    paged.py      BlockAllocator, PagedKVCache, PackedView, OutOfBlocks: fixed-size blocks, a free list, block tables
     request.py    Request, RequestState, FinishReason: one request's record (states and reasons are StrEnums)
     plan.py       schedule() -> SchedulerOutput: a step's plan from the queues and the free blocks (no model)
     executor.py   ModelExecutor: runs a plan over the paged cache, returns each request's new token
@@ -28,10 +29,11 @@ from ailab.generation.decode import (
     next_token,
     prefill,
     prefill_paged,
+    step_paged,
 )
 from ailab.generation.decoder import Decoder
 from ailab.generation.kv_cache import KVCache, NoCacheView, kv_bytes_per_token
-from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
+from ailab.generation.paged import BlockAllocator, OutOfBlocks, PackedView, PagedKVCache
 from ailab.generation.request import FinishReason, Request, RequestState
 from ailab.generation.executor import ModelExecutor, ModelOutput
 from ailab.generation.plan import SchedulerOutput, schedule

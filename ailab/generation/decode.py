@@ -3,14 +3,15 @@ new token, each reading and extending the cache. `generate_without_cache` recomp
 step: the same tokens, at a cost that grows with the square of the length.
 
 `prefill_paged` and `decode_paged` are the same two steps over paged KV blocks, for sequences of different lengths
-in one batch: what the server's executor (executor.py) runs every step."""
+in one batch; `step_paged` runs both kinds in one forward, prompts and decodes packed in one row. The server's
+executor (executor.py) runs `decode_paged` for a step with only decodes, `step_paged` for a step that admits."""
 
 from __future__ import annotations
 
 import torch
 
 from ailab.generation.kv_cache import KVCache, NoCacheView
-from ailab.generation.paged import PagedView
+from ailab.generation.paged import PackedView, PagedView
 
 
 def next_token(
@@ -74,6 +75,17 @@ def decode_paged(model, view: PagedView, token: torch.Tensor) -> torch.Tensor:
             f"decode takes one token per sequence, ({view.positions.shape[0]}, 1); got {tuple(token.shape)}"
         )
     return model(token, view)[:, -1]  # (B, 1, vocab) -> (B, vocab)
+
+
+@torch.inference_mode()
+def step_paged(model, view: PackedView, ids: torch.Tensor) -> torch.Tensor:
+    """A whole step in one forward: each sequence's new tokens (a prompt's, or a decode's one) packed one after the
+    other in `ids` (1, N), their slots taken first; each sequence's next-token logits (B, vocab) out, in the order
+    of the view's sequences. One forward instead of one per prompt plus one for the decodes: the fixed cost of a
+    forward (hundreds of operations, notebook 5/01) is paid once a step."""
+    if tuple(ids.shape) != tuple(view.positions.shape):
+        raise ValueError(f"packed ids {tuple(ids.shape)} do not match the view's {tuple(view.positions.shape)} slots")
+    return model(ids, view)[0, view.last]  # (1, N, vocab) -> (B, vocab)
 
 
 def _check_prompt(model, ids: torch.Tensor, max_new_tokens: int) -> None:

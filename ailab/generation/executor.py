@@ -3,8 +3,9 @@ token returned (vLLM v1's model runner and its `ModelRunnerOutput`). The executo
 their sampling settings) and changes none of them: the engine (scheduler.py) applies what it returns.
 
     prepare   token ids and one paged view per forward: block tables, positions and the new tokens' slots
-    forward   `prefill_paged` per admitted request (prompts differ in length), one `decode_paged` for all running
-              (with `compile=True`, its forward compiled: compiled.py)
+    forward   one forward a step: `decode_paged` when every request decodes (with `compile=True`, its forward
+              compiled: compiled.py); `step_paged` when the step admits, the prompts and the decodes' tokens
+              packed in one row (a forward per prompt would pay a forward's fixed cost again for each)
     sample    one argmax over every row of the step, one copy to the host; a row at temperature > 0 is then
               drawn with its request's own generator (seeded, so a request's draws do not depend on its batch)
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ailab.device import sync
-from ailab.generation.decode import decode_paged, next_token, prefill_paged
+from ailab.generation.decode import decode_paged, next_token, step_paged
 from ailab.generation.paged import PagedKVCache
 from ailab.generation.plan import SchedulerOutput
 from ailab.generation.request import Request
@@ -37,12 +38,13 @@ class ModelOutput:
 class ModelExecutor:
     def __init__(self, model, cache: PagedKVCache, compile: bool = False):
         self.model, self.cache, self.device = model, cache, cache.k.device
-        if compile:  # the same decode_paged, its forward compiled (compiled.py); the prefills stay eager
+        if compile:  # the same decode_paged, its forward compiled (compiled.py); admitting steps stay eager
             from ailab.generation.compiled import compile_decode
 
             self.decode = compile_decode(model, cache)
         else:
             self.decode = lambda view, token: decode_paged(model, view, token)
+        self.step = lambda view, ids: step_paged(model, view, ids)
         self._generators: dict[int, torch.Generator] = {}  # request id -> its sampling state, while it lives
 
     def _now(self) -> float:
@@ -57,18 +59,17 @@ class ModelExecutor:
         if not rows:
             return ModelOutput({})
         t0 = self._now()
-        prefills = [
-            (torch.tensor([req.prompt + req.output], device=self.device), self.cache.view([req.id], n))  # (1, n)
-            for req, n in plan.prefill
-        ]
-        if plan.decode:
+        if plan.prefill:  # prompts (whole: after a preemption, what was generated too), then one token per decode
+            ids = [t for req, _ in plan.prefill for t in req.prompt + req.output] + [r.output[-1] for r in plan.decode]
+            ids = torch.tensor([ids], device=self.device)  # (1, N)
+            view = self.cache.packed_view([r.id for r in rows], [n for _, n in plan.prefill] + [1] * len(plan.decode))
+            forward, inputs = self.step, (view, ids)
+        else:
             last = torch.tensor([[r.output[-1]] for r in plan.decode], device=self.device)  # (B, 1)
-            decode_view = self.cache.view([r.id for r in plan.decode], 1)
+            view = self.cache.view([r.id for r in plan.decode], 1)
+            forward, inputs = self.decode, (view, last)
         t1 = self._now()
-        logits = [prefill_paged(self.model, view, ids) for ids, view in prefills]  # (1, vocab) each
-        if plan.decode:
-            logits.append(self.decode(decode_view, last))  # (B, vocab)
-        logits = torch.cat(logits) if len(logits) > 1 else logits[0]  # (rows, vocab)
+        logits = forward(*inputs)  # (rows, vocab): prefills' rows first, as `rows` are
         t2 = self._now()
         tokens = self.sample(rows, logits)
         t3 = time.perf_counter()  # sample() ends in a copy to the host: nothing is left queued

@@ -5,9 +5,10 @@ One `step()` is three calls, each in a file of its own:
   1. plan     `schedule` (plan.py) decides from the queues and the free blocks alone: a slot for every running
               request's next token (preempting the newest when none is free), then waiting requests admitted
               oldest first while seats and blocks allow. It returns a SchedulerOutput and never calls the model;
-  2. execute  the ModelExecutor (executor.py) runs that plan over the paged cache, `prefill_paged` for each
-              admitted request (its first token comes out of its prefill) and one `decode_paged` for all the
-              running, and returns each request's new token, changing no request;
+  2. execute  the ModelExecutor (executor.py) runs that plan over the paged cache in one forward: `decode_paged`
+              when every request decodes, `step_paged` when some are admitted (their prompts and the decodes'
+              tokens packed in one row; an admitted request's first token comes out of its prompt's last
+              position), and returns each request's new token, changing no request;
   3. apply    this engine appends each token to its request, stamps first-token and finish times, and retires
               the requests that are done (max_new_tokens, or their stop rule): their blocks are freed at once
               and they leave, handed to the caller once in the step's report (`StepReport.done`). The engine

@@ -113,8 +113,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     # Each continuous run against the bound priced by its own decode steps (trace.continuous_bound): what it lost
     # to prefills, preemptions and the loop around the steps. And its TPOT against the bare forward at full seats.
     bounds = [continuous_bound(burst, r["step_cost_in_run"], seats) for r in continuous]
-    # The same bound with each request's prefill priced too (measured alone, by prompt length): what is left between
-    # it and a run is the scheduler's own time, its idle moments, and what running the prefills apart costs.
+    # The same bound with each request's prefill priced too, as a forward of its own (measured alone, by prompt
+    # length). The executor packs the prompts into the decodes' forward instead (step_paged), so a run can beat this
+    # one: a share above 1 is what packing saved over running each prefill apart.
     prefill = prefill_cost_by_length(model, (8, 32, 64, 96), rounds=3 if quick else 7)
     with_prefills = [continuous_bound(burst, r["step_cost_in_run"], seats, prefill_cost=prefill) for r in continuous]
     bare = [next(c["forward_ms"] for c in r["step_cost_in_run"] if c["batch"] == seats) for r in continuous]
