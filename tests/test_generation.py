@@ -411,7 +411,9 @@ def test_bench_generation_quick_has_every_figure():
     assert [r["tokens"] for r in sat["prefill_cost"]] == [8, 32, 64, 96] and all(
         r["ms"] > 0 for r in sat["prefill_cost"]
     )
+    assert 0 < sat["lost_to_prompts"] < 1 and 0 <= sat["lost_between_steps"] < 1
     for row in (r for r in sat["rows"] if r["engine"] == "continuous"):
+        assert row["admitting_steps"] > 0 and 0 <= row["between_steps_ms"] < row["seconds"] * 1e3
         costs = row["step_cost_in_run"]
         assert costs and [c["batch"] for c in costs] == sorted({c["batch"] for c in costs})
         assert costs[-1]["batch"] == 8 and all(c["step_ms"] >= c["forward_ms"] > 0 and c["steps"] for c in costs)
@@ -477,6 +479,8 @@ def test_a_run_prices_only_its_decode_steps_by_batch(model):
     row = run_scheduler(model, trace, "continuous", num_blocks=8, block_size=4, max_running=2)
     assert [(c["batch"], c["steps"]) for c in row["step_cost_in_run"]] == [(1, 3), (2, 3)]
     assert all(c["step_ms"] >= c["forward_ms"] > 0 for c in row["step_cost_in_run"])
+    assert row["admitting_steps"] == 2, "steps 1 and 4 admitted"
+    assert row["between_steps_ms"] >= 0 and row["prompt_extra_ms"] is not None
 
 
 def test_step_cost_by_batch_has_a_row_per_batch(model):

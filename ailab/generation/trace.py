@@ -97,6 +97,8 @@ def run_scheduler(
     steps: list[tuple[float, int, int, int]] = []
     n_steps, forward_s, overhead_s = 0, 0.0, 0.0
     decode_steps: dict[int, list[tuple[float, float]]] = {}  # batch -> (wall s, forward s) of steps that only decode
+    admitting: list[tuple[int, float]] = []  # (rows, wall s) of the steps that admitted someone
+    in_steps_s = 0.0
     saturated = None  # (seconds, tokens) when the last request was let in: until then, demand exceeded seats
     while pending or not sched.idle:
         now = clock()
@@ -109,8 +111,11 @@ def run_scheduler(
         report = sched.step()
         wall, times = time.perf_counter() - started, report.times
         n_steps, forward_s, overhead_s = n_steps + 1, forward_s + times.forward_s, overhead_s + times.overhead_s
+        in_steps_s += wall
         if report.decoded and not report.admitted and not report.preempted:
             decode_steps.setdefault(report.decoded, []).append((wall, times.forward_s))
+        elif report.admitted:
+            admitting.append((report.admitted + report.decoded, wall))
         if saturated is None and not pending and not sched.waiting:
             saturated = (clock(), sum(len(r.output) for r in reqs))
         if timeline:
@@ -136,6 +141,14 @@ def run_scheduler(
         }
         for b, runs in sorted(decode_steps.items())
     ]
+    # Where the run's time went beyond its steps priced as decode steps (what continuous_bound counts): what the
+    # steps that admitted cost over a decode step of as many rows (their prompts' tokens, packed in their forward),
+    # and the time between steps (submitting, the loop, waiting for an arrival).
+    costs = row["step_cost_in_run"]
+    priced = np.interp([n for n, _ in admitting], [c["batch"] for c in costs], [c["step_ms"] for c in costs])
+    row["admitting_steps"] = len(admitting)
+    row["prompt_extra_ms"] = float(sum(w * 1e3 for _, w in admitting) - priced.sum()) if costs else None
+    row["between_steps_ms"] = (row["seconds"] - in_steps_s) * 1e3
     return {**row, "timeline": steps} if timeline else row
 
 

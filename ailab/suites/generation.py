@@ -141,6 +141,10 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         "share_of_bound_with_prefills": float(
             np.median([r["tokens_per_s"] / b for r, b in zip(continuous, with_prefills)])
         ),
+        # what the runs lost against the decode-priced bound, as shares of their time (medians): the admitting steps'
+        # cost beyond a decode step of as many rows (the prompts), and the time between steps
+        "lost_to_prompts": float(np.median([r["prompt_extra_ms"] / (r["seconds"] * 1e3) for r in continuous])),
+        "lost_between_steps": float(np.median([r["between_steps_ms"] / (r["seconds"] * 1e3) for r in continuous])),
         # TPOT p50 over the bare forward of a decode step at full seats, in the same run (target: <= 1.25)
         "bare_step_ms": float(np.median(bare)),
         "tpot_over_bare_step": float(np.median([r["tpot_p50_ms"] / b for r, b in zip(continuous, bare)])),
