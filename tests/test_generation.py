@@ -691,3 +691,19 @@ def test_a_planner_given_to_the_scheduler_plans_every_step_with_the_same_argumen
     assert (max_running, policy) == (2, "continuous") and isinstance(blocks, BlockAllocator)
     for r in reqs:
         assert r.output == _expected(model, r)
+
+
+def test_gather_blocks_is_the_block_index_in_eager_and_compiled_form():
+    """gather_blocks copies each table's blocks whole, in table order, as store.view(...)[table] does; tables with
+    padding (block 0), a repeated block and one row are all shapes the views hand it."""
+    from ailab.generation.paged import gather_blocks
+
+    torch.manual_seed(0)
+    bs, H, D = 4, 2, 3
+    store = torch.randn(10 * bs, H, D)  # (slots, H, D): 10 blocks
+    for table in (torch.tensor([[3, 1, 0], [7, 7, 2]]), torch.tensor([[9]]), torch.tensor([[0, 0], [5, 4], [1, 8]])):
+        B, n = table.shape
+        want = store.view(-1, bs, H, D)[table].view(B, n * bs, H, D)
+        assert torch.equal(gather_blocks(store, table, bs), want)
+        compiled = torch.compile(gather_blocks, backend="eager", dynamic=False)  # traces the compiled branch
+        assert torch.equal(compiled(store, table, bs), want)
