@@ -9,7 +9,8 @@ event loop is a millisecond the GIL is not free for tokenizing.
     POST /v1/completions, /v1/chat/completions   OpenAI's API over the generation engine (openai_api.py)
     GET  /healthz     liveness (200 while the process lives); the details only for callers with the key, if set
     GET  /readyz      200 only once the models are loaded and warmed, else 503; also 503 (with the
-                      reason) while a loaded model's batcher or the generation thread is dead
+                      reason) while a loaded model's batcher or the generation thread is dead; the model's
+                      name and the reason only for callers with the key, if set
     GET  /metrics     Prometheus text format
     GET  /v1/models   OpenAI's model list, with what is registered and loaded
     POST /admin/models/{name}/swap   hot swap: reload a model beside the old one, switch, drain the old

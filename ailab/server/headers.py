@@ -15,7 +15,8 @@ accept most of those and a server must not guess.
                     (1-3 digits); above the server's deadline it is capped to it
     X-Priority      an integer -9999..9999: optional "-" then 1-4 ASCII digits     400
     X-Request-Id    1-64 characters of A-Z a-z 0-9 . _ -                           400
-    Authorization   "Bearer <key>" (or X-Api-Key: <key>), only when a key is set   401 (400 if sent twice)
+    Authorization   "Bearer <key>" (or X-Api-Key: <key>), only when a key is set,  401 (400 if sent twice)
+                    the key's bytes exactly (only SP/HTAB around it are dropped)
 
 Control characters in any header value, and header lines that are not "name: value", never reach
 the app: the HTTP parser answers them with 400 (protocol.py makes that answer JSON too).
@@ -36,6 +37,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _TIMEOUT_MS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,3})?")
 _PRIORITY = re.compile(r"-?[0-9]{1,4}")
 _CHARSET = re.compile(r'charset\s*=\s*"?utf-?8"?', re.IGNORECASE)
+_OWS = " \t"  # RFC 9110's optional whitespace around a field value: SP and HTAB, nothing else
 
 
 def _show(value: str) -> str:
@@ -125,9 +127,13 @@ def priority(request: Request) -> int:
     return int(raw)
 
 
-def api_key(request: Request) -> str:
-    """The key the client sent ("" for none): Authorization: Bearer <key>, else X-Api-Key."""
+def api_key(request: Request) -> bytes:
+    """The key the client sent, as the bytes it sent (b"" for none): Authorization: Bearer <key>, else X-Api-Key.
+
+    Only the optional whitespace HTTP allows around a field value (SP and HTAB) is trimmed. str.strip() would
+    also drop a no-break space (0xA0), U+0085 and the rest of Unicode's spaces, so "<key>\xa0" would pass: no
+    token holds them (RFC 6750's b64token), and a key is compared byte for byte. Bytes, not str, because
+    hmac.compare_digest refuses a str with non-ASCII characters (TypeError), and a header may hold any byte."""
     auth = single(request, "Authorization") or ""
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    return single(request, "X-Api-Key") or ""
+    key = auth[7:] if auth[:7].lower() == "bearer " else single(request, "X-Api-Key") or ""
+    return key.strip(_OWS).encode("latin-1")  # Starlette decoded the header's bytes as latin-1: the bytes again

@@ -72,6 +72,20 @@ def _bad(message: str, param: str | None = None) -> InvalidRequest:
     return InvalidRequest(400, message, param)
 
 
+def _utf8(text: str, param: str, where: str | None = None) -> bytes:
+    """`text` as the UTF-8 bytes the byte-level model reads and writes. JSON can spell half of a UTF-16 pair
+    ("\\ud800") that is no character and has no UTF-8 form: a 400 naming the parameter, never a 500 further on.
+    The one place every text field (prompt, messages, stop) is encoded, so each is refused in the same words."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(
+            f"there is an unpaired surrogate escape (such as \\ud800: half of a UTF-16 pair, not a real character) "
+            f"in {where or param}; send real text",
+            param,
+        ) from None
+
+
 def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
     v = body.get(name)
     if v is None:
@@ -98,10 +112,7 @@ def _prompt_ids(prompt, vocab_size: int) -> list[int]:
     if isinstance(prompt, str):
         if not prompt:
             raise _bad("prompt must not be empty: this byte-level model has no start token to begin from", "prompt")
-        try:
-            return list(prompt.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise _bad("prompt contains an unpaired surrogate escape (not a real character)", "prompt") from None
+        return list(_utf8(prompt, "prompt"))
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         if not all(0 <= t < vocab_size for t in prompt):
             raise _bad(f"prompt token ids must be in [0, {vocab_size}) for this byte-level model", "prompt")
@@ -118,10 +129,11 @@ def _prompt_ids(prompt, vocab_size: int) -> list[int]:
 def _stops(stop) -> list[bytes]:
     if stop is None:
         return []
-    stop = [stop] if isinstance(stop, str) else stop
+    one = isinstance(stop, str)
+    stop = [stop] if one else stop
     if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(x, str) and x for x in stop):
         raise _bad(f"stop must be a non-empty string or a list of at most {MAX_STOPS} of them", "stop")
-    stops = [x.encode("utf-8") for x in stop]
+    stops = [_utf8(x, "stop", "stop" if one else f"stop[{i}]") for i, x in enumerate(stop)]
     if any(len(x) > MAX_STOP_BYTES for x in stops):
         raise _bad(f"each stop string may be at most {MAX_STOP_BYTES} bytes", "stop")
     return stops
@@ -165,11 +177,10 @@ def _parse(
         )
     if chat:
         try:
-            prompt = list(chat_prompt(body.get("messages")).encode("utf-8"))
+            text = chat_prompt(body.get("messages"))
         except ValueError as e:
             raise _bad(str(e), "messages") from None
-        except UnicodeEncodeError:
-            raise _bad("messages contain an unpaired surrogate escape (not a real character)", "messages") from None
+        prompt = list(_utf8(text, "messages"))
     else:
         if "prompt" not in body:
             raise _bad('missing field "prompt" (a string)', "prompt")

@@ -167,6 +167,9 @@ async def healthz(request: Request) -> Response:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
+    """Readiness: 200 when every model can serve, else 503 and why. With an API key set, a caller without it
+    learns only that (the status and {"ready": ...}), as from /healthz: which model is served, and why it
+    cannot serve, are for those who hold the key. Without a key set, every caller reads the whole answer."""
     state: ServerState = request.app.state.ailab
     # A loaded model whose batcher's collector died answers nothing: take this replica out of
     # rotation (503) and say why, instead of passing probes while every request fails.
@@ -176,6 +179,8 @@ async def readyz(request: Request) -> Response:
     if state.generation is not None and not state.generation.healthy:
         dead.append(f"generation: {state.generation.dead_reason}")
     if state.ready and not dead:
+        if not authorised(request):
+            return _json({"ready": True})
         return _json(
             {"ready": True, "model": state.registry.default or (state.generation.name if state.generation else None)}
         )
