@@ -363,6 +363,23 @@ class ServerProcess(HeldServer):
     def log(self) -> Path:
         return self.folder / "serve.log"
 
+    def wait_drained(self, timeout_s: float = 60.0) -> float:
+        """Wait until nothing waits in the server's queues and no request is in flight (its /metrics gauges);
+        the seconds it took. After an overload the server still works through what it accepted: a measurement
+        started at once would time that backlog (or meet a full queue's 503s) instead of the server."""
+        import httpx
+
+        from ailab.monitoring.exposition import read_metrics
+
+        t0 = time.monotonic()
+
+        def drained():
+            m = read_metrics(httpx.get(self.url + "/metrics", timeout=5).text)
+            return m.get("ailab_queue_depth", 0) == 0 and m.get("ailab_in_flight", 0) == 0
+
+        _wait_until(drained, timeout_s, self.proc, f"ailab serve on port {self.port} (draining)", self.log)
+        return time.monotonic() - t0
+
 
 def start_ailab_server(
     args: list[str] | tuple = (), port: int | None = None, timeout_s: float = 240.0

@@ -158,6 +158,25 @@ def test_best_within_slo_is_not_just_best_throughput():
     assert SweepResult(10.0, 0.01, s.results).best_within_slo is None
 
 
+def test_a_sweep_in_rounds_reports_medians_and_pairs_within_a_round():
+    def run(clients, rps, lat):
+        recs = [(t, t, lat, 200) for t in np.linspace(0, 2, int(rps * 2), endpoint=False)]
+        return LoadResult("closed", "http://x/", clients, None, 2.0, 0.0, recs, 2.0)
+
+    # Round 1 ran beside a busy neighbour: everything at half speed. In one pass, a busy minute at 1 client and a
+    # quiet one at 4 would make batching look like 4x; within each round it is 2x, whatever the neighbour did.
+    runs = [run(1, 50, 20), run(4, 100, 40), run(1, 25, 40), run(4, 50, 80), run(1, 40, 25), run(4, 80, 50)]
+    s = SweepResult(100.0, 0.01, runs)
+    assert s.concurrencies == [1, 4]
+    pts = {p["clients"]: p for p in s.points()}
+    assert pts[1]["rps"] == pytest.approx(40) and pts[4]["rps"] == pytest.approx(80)  # medians of three rounds
+    assert s.ratio(4, 1) == pytest.approx(2.0) and s.ratio(4, 1, "p99_ms") == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="ran \\[1, 4\\] clients"):
+        s.ratio(16, 1)
+    with pytest.raises(ValueError, match="rounds"):
+        bench.sweep("http://127.0.0.1:9/", None, concurrencies=[1], rounds=0)
+
+
 def test_capacity_knee_is_the_highest_rate_the_server_keeps_up_with():
     def run(rate, capacity, lat):  # arrivals for 2 s, answered in order at `capacity` per second at most
         recs = [(i / rate, i / rate, lat + 1e3 * max(0.0, i / capacity - i / rate), 200) for i in range(int(rate * 2))]

@@ -432,6 +432,21 @@ def test_flat_out_gain_is_the_median_of_per_round_ratios():
     assert flat_out_gain(rows) == flat_out_gain(rows, "tokens_per_s") == 3.0
 
 
+def test_per_round_ratio_pairs_engines_within_a_round_not_across():
+    from ailab.generation.trace import per_round_ratio
+
+    # Round 1 ran beside a burst: both engines slow in it, and its continuous p99 (1000) is above round 0's static
+    # (300). Within each round static is the slower in two of three, and the median of the ratios says so.
+    p99 = {
+        0: {"continuous": 100, "static": 300},
+        1: {"continuous": 1000, "static": 1350},
+        2: {"continuous": 120, "static": 100},
+    }
+    rows = [{"round": i, "engine": e, "ttft_p99_ms": v} for i, by in p99.items() for e, v in by.items()]
+    assert per_round_ratio(rows, "ttft_p99_ms", "static", "continuous") == 1.35
+    assert per_round_ratio(rows, "ttft_p99_ms", "continuous", "static") == 1 / 1.35
+
+
 def test_static_occupancy_counts_the_seat_steps_a_batch_holds():
     from ailab.generation.trace import static_occupancy
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -109,3 +110,33 @@ def test_every_server_we_start_is_one_holder(tmp_path):
     assert S.RedisServer(6379, tmp_path).url == "redis://127.0.0.1:6379/0"
     with pytest.raises(S.ServiceError, match="daemonised"):
         S.PostgresServer(5432, tmp_path, bin_dir=tmp_path).pid
+
+
+def test_wait_drained_waits_out_the_backlog_an_overload_left():
+    import threading
+
+    import httpx
+
+    from ailab.monitoring.exposition import read_metrics
+    from ailab.services import start_ailab_server
+
+    with start_ailab_server(["--max-batch-size", "8", "--max-wait-ms", "5"]) as server:
+        url = server.url + "/v1/predict"
+        body = {"inputs": ["a slow, long and winding film that goes nowhere at all"] * 32}
+
+        def flood():  # 16 clients at once, each a batch of 32 texts: a queue the server works through for a while
+            with httpx.Client(timeout=60) as c:
+                threads = [threading.Thread(target=c.post, args=(url,), kwargs={"json": body}) for _ in range(16)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+
+        flooding = threading.Thread(target=flood)
+        flooding.start()
+        time.sleep(0.5)
+        waited = server.wait_drained(timeout_s=60)
+        m = read_metrics(httpx.get(server.url + "/metrics").text)
+        flooding.join()
+    assert waited > 0.05, "there was a backlog to wait for"
+    assert m["ailab_queue_depth"] == 0 and m["ailab_in_flight"] == 0

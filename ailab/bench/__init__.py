@@ -5,7 +5,8 @@
 - http.py     a lean keep-alive HTTP/1.1 client (raw asyncio streams), BenchTargetError
 - loops.py    closed_loop / open_loop over HTTP, drive_batcher for a DynamicBatcher in-process
 - child.py    in_subprocess: the same loops in a child process with its own GIL
-- sweep.py    sweep by concurrency (best throughput within an SLO), rate_sweep (the capacity knee)
+- sweep.py    sweep by concurrency in rounds (best throughput within an SLO), rate_sweep (the capacity knee),
+              keeps_up (did a queue build over an open loop?)
 - soak.py     soak: RSS and p99 slopes over minutes, with a verdict
 
 Warm-up requests are sent but excluded from every figure. The functions are synchronous and also work
@@ -17,4 +18,4 @@ from ailab.bench.http import BenchTargetError
 from ailab.bench.loops import closed_loop, drive_batcher, open_loop
 from ailab.bench.records import MIN_SAMPLES_FOR_P99, LoadResult, Record, Window
 from ailab.bench.soak import SoakResult, process_rss_mb, soak
-from ailab.bench.sweep import RateSweepResult, SweepResult, rate_sweep, sweep
+from ailab.bench.sweep import RateSweepResult, SweepResult, keeps_up, rate_sweep, sweep

@@ -16,30 +16,50 @@ from ailab.bench.records import LoadResult
 
 @dataclass
 class SweepResult:
+    """A closed-loop sweep: `results` holds every run, round after round (each round visits every concurrency
+    once, in order). A figure of one concurrency is its median over the rounds; a comparison of two is the
+    median of their per-round ratios (`ratio`), since both ran within the same minute of the machine's load."""
+
     slo_p99_ms: float
     max_error_rate: float
     results: list[LoadResult]
 
     @property
     def concurrencies(self) -> list[int]:
-        return [r.clients for r in self.results]
+        return list(dict.fromkeys(r.clients for r in self.results))
+
+    def _by_clients(self) -> dict[int, list[LoadResult]]:
+        by: dict[int, list[LoadResult]] = {}
+        for r in self.results:
+            by.setdefault(r.clients, []).append(r)
+        return by
+
+    @staticmethod
+    def _figures(r: LoadResult) -> dict:
+        return {
+            "rps": r.rps,
+            "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
+            "p99_ms": r.stats.p99_ms if r.n_ok else math.inf,  # failures count in the tail
+            "error_rate": r.error_rate,
+        }
 
     def points(self) -> list[dict]:
         out = []
-        for r in self.results:
-            p99 = r.stats.p99_ms if r.n_ok else math.inf  # failures count in the tail
-            ok = p99 <= self.slo_p99_ms and r.error_rate <= self.max_error_rate
-            out.append(
-                {
-                    "clients": r.clients,
-                    "rps": r.rps,
-                    "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
-                    "p99_ms": p99,
-                    "error_rate": r.error_rate,
-                    "within_slo": ok,
-                }
-            )
+        for clients, runs in self._by_clients().items():
+            figs = [self._figures(r) for r in runs]
+            point = {"clients": clients, **{k: float(np.median([f[k] for f in figs])) for k in figs[0]}}
+            point["within_slo"] = point["p99_ms"] <= self.slo_p99_ms and point["error_rate"] <= self.max_error_rate
+            out.append(point)
         return out
+
+    def ratio(self, a: int, b: int, key: str = "rps") -> float:
+        """`key` at `a` clients over `key` at `b` clients: the median of the per-round ratios. One round's figure
+        against another's would compare the neighbour's load in those seconds as much as the concurrencies."""
+        by = self._by_clients()
+        if a not in by or b not in by:
+            raise ValueError(f"this sweep ran {self.concurrencies} clients; ratio() asked for {a} and {b}")
+        pairs = [(self._figures(x)[key], self._figures(y)[key]) for x, y in zip(by[a], by[b])]
+        return float(np.median([x / y if y else math.inf for x, y in pairs]))
 
     @property
     def best_within_slo(self) -> dict | None:
@@ -60,13 +80,19 @@ def sweep(
     warmup_s: float = 1.0,
     max_error_rate: float = 0.01,
     progress: bool | None = None,
+    rounds: int = 1,
     **kw,
 ) -> SweepResult:
-    """A closed loop at each concurrency; `.best_within_slo` is the best throughput that still meets the SLO."""
+    """A closed loop at each concurrency; `.best_within_slo` is the best throughput that still meets the SLO.
+
+    rounds: visit every concurrency `rounds` times, in turn (1, 4, 16, 1, 4, 16, ...), each for `duration_s`.
+    On a shared machine the load drifts: in one pass, a busy minute lands on some concurrencies and not others."""
     if not concurrencies or any(not isinstance(c, int) or c < 1 for c in concurrencies):
         raise ValueError(f"concurrencies must be whole numbers >= 1 (got {concurrencies!r})")
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"rounds must be a whole number >= 1 (got {rounds!r})")
     results = []
-    steps = list(concurrencies)
+    steps = [c for _ in range(rounds) for c in dict.fromkeys(concurrencies)]
     if progress:
         from tqdm.auto import tqdm
 

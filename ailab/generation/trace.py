@@ -219,17 +219,22 @@ def compare_compiled(model, trace: Sequence[Request], rounds: int = 3, max_runni
     return rows
 
 
+def per_round_ratio(rows: Sequence[dict], key: str, a: str, b: str) -> float:
+    """Engine `a` over engine `b` in `key`, as the median of the per-round ratios of compare_batching's (or
+    compare_compiled's) rows. Each round runs both on the same trace back to back, so a burst of load elsewhere
+    spoils a round, not a side: one round's tail against another's would compare the neighbour, not the engines."""
+    by_round: dict[int, dict] = {}
+    for r in rows:
+        by_round.setdefault(r["round"], {})[r["engine"]] = r.get(key)  # HF generate rows have no saturated figure
+    return float(np.median([e[a] / e[b] for e in by_round.values()]))
+
+
 def flat_out_gain(
     rows: Sequence[dict], key: str = "saturated_tokens_per_s", engines: tuple[str, str] = ("continuous", "static")
 ) -> float:
     """engines[0] over engines[1] (default: continuous over static) in `key` (default: tokens/s while requests
-    waited): the median of the per-round ratios of compare_batching's (or compare_compiled's) rows. Each round runs
-    both on the same trace back to back, so a burst of load elsewhere spoils a round, not a side."""
-    by_round: dict[int, dict] = {}
-    for r in rows:
-        by_round.setdefault(r["round"], {})[r["engine"]] = r.get(key)  # HF generate rows have no saturated figure
-    a, b = engines
-    return float(np.median([e[a] / e[b] for e in by_round.values()]))
+    waited): per_round_ratio, named for what the flat-out comparison asks."""
+    return per_round_ratio(rows, key, *engines)
 
 
 def static_occupancy(trace: Sequence[Request], max_running: int = 8) -> float:
