@@ -24,6 +24,9 @@ PACKAGES = [
     "jupyterlab",
     "nbval",
 ]
+# The Python versions the course supports (pyproject.toml's requires-python, the Makefile's setup check).
+SUPPORTED_PYTHON = [(3, 11), (3, 12), (3, 13)]
+PYTHON_NAMES = "3.11, 3.12 or 3.13"
 FIX = "run `make setup` (it creates .venv and installs every pinned package and offline data set)"
 
 
@@ -154,10 +157,19 @@ def conda_mirror_diff(pyproject: str | Path = "pyproject.toml", environment: str
     }
 
 
+def python_check(version_info: tuple = sys.version_info) -> dict:
+    """Is this interpreter one of the course's Pythons (3.11, 3.12, 3.13)?"""
+    major, minor, micro = version_info[:3]
+    detail = f"{major}.{minor}.{micro}"
+    if (major, minor) not in SUPPORTED_PYTHON:
+        detail += f": the course needs Python {PYTHON_NAMES} (make setup PY=/path/to/python3.12)"
+    return {"check": f"python {PYTHON_NAMES}", "ok": (major, minor) in SUPPORTED_PYTHON, "detail": detail}
+
+
 def run_doctor() -> dict:
     from ailab.device import describe_hardware
 
-    checks = [{"check": "python 3.11", "ok": sys.version_info[:2] == (3, 11), "detail": sys.version.split()[0]}]
+    checks = [python_check()]
     for pkg in PACKAGES:
         v = _version(pkg)
         checks.append({"check": f"package {pkg}", "ok": v is not None, "detail": v or "not installed"})
