@@ -10,7 +10,7 @@ travelling copy as a wheel of its own, and MANIFEST.json. Project + bundle must 
              MACHINE_HAS, minus LEFT_BEHIND), download with pip into build/gpu-bundle-cache/, trim (TRIM),
              build the MiniLM wheel, write the folder and its manifest; exits 1 over the limit
     install  the device's step: every wheel this Python can take into --site with `pip install --no-index
-             --no-deps --target`. --rehearse (the CPU dry run, Python 3.11 and the course's .venv): wheels for
+             --no-deps --target`. --rehearse (the CPU dry run, the course's .venv): wheels for
              another Python are left to the .venv's own copies, and a sitecustomize.py in the site makes the
              packages the bundle carries or leaves behind importable from the site alone, as on the device
     check    the folder against its manifest (the tests' view)

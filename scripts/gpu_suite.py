@@ -120,7 +120,7 @@ PLAN = (
 
 # What cannot travel in one call (project + bundle <= 60 MiB, no package registry, no Debian packages), and why.
 LEFT_OUT = {
-    "notebooks/0_orientation/00_tour.ipynb": "its first cell asserts `ailab doctor` is all green: Python 3.11 and every pinned version; the machine runs "
+    "notebooks/0_orientation/00_tour.ipynb": "its first cell asserts `ailab doctor` is all green: every pinned version; the machine runs "
     "Python 3.12 with its own torch 2.11 and transformers 5.17, and JupyterLab does not travel",
     "notebooks/0_orientation/01_reproducible_env.ipynb": "asserts that no installed version differs from its pin; the machine's torch, transformers, numpy differ",
     "notebooks/3_serving/04_the_server.ipynb": "needs hey (a Debian package), py-spy and mosec (the peers extra); with them the bundle would pass 60 MiB",

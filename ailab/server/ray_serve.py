@@ -167,7 +167,11 @@ class RayCluster:
                 namespace="ailab",
             )
         else:
+            # address="local": a new Ray of our own, always. Without it ray.init() joins whatever Ray already runs
+            # on this machine (a multi-node test cluster writes its address to /tmp/ray for that), and then
+            # refuses num_cpus: two notebooks or tests side by side would share, or fail on, one cluster.
             ray.init(
+                address="local",
                 num_cpus=cpus_per_node,
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
