@@ -180,6 +180,20 @@ def report_numpy_scalar_median_of_percentile(samples):
     return _finish({k: float(np.percentile(v, 50, method="lower")) for k, v in samples.items()})
 
 
+def report_writes_medians_into_its_input(samples):
+    """Right figures, but each stage's samples replaced by their median: the checker read a float back."""
+    out = stage_report(samples)
+    for k in samples:
+        samples[k] = out["p50_ms"][k]
+    return out
+
+
+def report_drops_a_stage_from_its_input(samples):
+    out = stage_report(samples)
+    samples.pop(next(iter(samples)))
+    return out
+
+
 def stub(*a, **k):
     raise NotImplementedError("write it")
 
@@ -200,6 +214,8 @@ def test_right_answers_pass():
         (E.check_medians, report_unsorted_middle, r"should be their median, 1\.1; got 0\.9"),
         (E.check_medians, report_fixed_stages, "your code raised KeyError"),
         (E.check_medians, report_sorts_in_place, "changed the samples it was given"),
+        (E.check_medians, report_writes_medians_into_its_input, "changed the samples it was given"),
+        (E.check_medians, report_drops_a_stage_from_its_input, "changed the samples it was given"),
         (E.check_shares, report_mean, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
         (E.check_shares, report_shares_of_raw_sums, r"forward's share is 6 / \(1 \+ 6 \+ 1\)"),
         (E.check_shares, report_percent, "fractions in 0..1"),

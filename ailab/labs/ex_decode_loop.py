@@ -25,16 +25,27 @@ LAB = "ex_decode_loop"
 
 
 class CountingModel:
-    """The decoder, counting what goes through it: calls, and positions per call."""
+    """The decoder, counting what goes through it: calls, and positions per call. It answers what a Decoder
+    answers (its sizes, config, device, dtype, parameters, eval, forward), so a right answer that reads any of
+    them (`prompt_ids.to(model.device)`, `model.eval()`) runs here as it runs on the real model."""
 
     def __init__(self, model):
         self.model, self.calls = model, []
-        for name in ("n_layer", "n_head", "head_dim", "max_positions", "vocab_size", "hf", "n_embd"):
+        for name in ("n_layer", "n_head", "head_dim", "max_positions", "vocab_size", "hf", "n_embd", "eps"):
             setattr(self, name, getattr(model, name))
+        self.config, self.device, self.dtype = model.config, model.device, model.dtype
 
     def __call__(self, ids, view):
         self.calls.append(tuple(ids.shape))
         return self.model(ids, view)
+
+    forward = __call__
+
+    def eval(self):
+        return self
+
+    def parameters(self):
+        return self.model.parameters()
 
 
 def model():
