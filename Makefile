@@ -56,14 +56,17 @@ lab: setup
 	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT) --no-browser --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/0_orientation/00_tour.ipynb $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## test: unit tests, every notebook and solution (nbval), and the lab-validity tests
-# Lint first; then the unit tests and the notebooks in one pytest run, two at a time (pytest-xdist; --dist loadfile
-# keeps a file's tests, or a notebook's cells, in order on one worker). Each is the other's busy neighbour, which
-# every timing claim must survive anyway (make test-noisy), and the two cores stay busy to the end. Every test
-# runs whatever fails before it; the target fails if lint or any test did.
+# Lint first; then the unit tests and the notebooks in one pytest run, TEST_WORKERS at a time (pytest-xdist;
+# --dist loadfile keeps a file's tests, or a notebook's cells, in order on one worker). Much of a test waits on
+# purpose (a batcher's window, an open loop's arrivals, a server starting), so three workers keep two cores busy
+# where two left them idle a third of the time; each worker is the others' busy neighbour, which every timing
+# claim must survive anyway (make test-noisy). Every test runs whatever fails before it; the target fails if lint
+# or any test did.
+TEST_WORKERS ?= 3
 test: setup services gpu-bundle
 	@lint=0; tests=0; \
 	$(MAKE) --no-print-directory lint || lint=$$?; \
-	$(NBVAL) -n 2 --dist loadfile $(addprefix --ignore=,$(REHEARSED)) tests notebooks solutions || tests=$$?; \
+	$(NBVAL) -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(REHEARSED)) tests notebooks solutions || tests=$$?; \
 	echo "lint exit $$lint, unit tests and notebooks exit $$tests"; \
 	[ $$lint = 0 ] && [ $$tests = 0 ]
 
