@@ -124,13 +124,20 @@ def test_predicted_vs_measured_figure(tiny):
 
 # --- find_max_batch -----------------------------------------------------------------------------------
 def test_find_max_batch_finds_the_boundary_in_few_trials(tiny):
+    import gc
+
+    from ailab.memory.counters import trim_malloc
+
     per_item = 10 * 2**20
+    gc.collect()
+    trim_malloc()  # as find_max_batch does before it reads its base: what earlier tests left freed goes back first
     base = memory.MemoryTracker(device="cpu", python_heap=False, sample=False).rss()
     budget = (base + 37 * per_item) * 1.2 + 1  # batch 37 fits, 38 does not
     res = memory.find_max_batch(tiny, budget, measure=lambda b: b * per_item)
-    # find_max_batch reads its own base (after trimming malloc), so the exact boundary follows from it
+    # find_max_batch reads its own base, so the exact boundary follows from it; near 37 (untrimmed, the base read
+    # here once stood 190 MB above find_max_batch's, after other tests in the same worker: 56 fitted)
     expected = int((budget / 1.2 - res.base_bytes) // per_item)
-    assert res.batch == expected and 30 <= expected <= 45
+    assert res.batch == expected and 25 <= expected <= 50
     assert len(res.trials) <= 2 * math.ceil(math.log2(64)) + 1
     assert all(t["fits"] == (t["need_bytes"] <= budget) for t in res.trials)
 
