@@ -226,7 +226,14 @@ def test_rank_convention_is_named():
 
 
 @pytest.mark.parametrize(
-    "chk", [L.check_interpolation, L.check_boundaries, L.check_inf_and_empty, L.check_against_numpy]
+    "chk",
+    [
+        L.check_interpolation,
+        L.check_boundaries,
+        L.check_inf_and_empty,
+        L.check_against_numpy,
+        L.check_same_as_reference,
+    ],
 )
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
@@ -287,3 +294,85 @@ def lowest_nonempty_starts_at_zero(q, buckets):
 def test_empty_buckets_and_ties_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def rounded_to_ms(q, buckets):
+    """Units and rounding: rounds the seconds to whole milliseconds before returning them."""
+    return round(histogram_quantile(q, buckets), 3)
+
+
+def integer_rank(q, buckets):
+    """Units and rounding: the rank truncated to a whole observation, int(q * total)."""
+    total = max(buckets.values()) if buckets else 0
+    return histogram_quantile(int(q * total) / total, buckets) if total > 0 else math.nan
+
+
+def strict_reach(q, buckets):
+    """Boundaries: a bucket must pass the rank (>), not reach it (>=)."""
+    return passes_rank(q, buckets)
+
+
+def inf_when_past_finite(q, buckets):
+    """Boundaries: a rank in the +Inf bucket gives inf."""
+    return returns_inf(q, buckets)
+
+
+def sorts_in_place(q, buckets):
+    """State: sorts by rebuilding the caller's dict in bound order (the dict it was given changes order)."""
+    items = sorted(buckets.items())
+    buckets.clear()
+    buckets.update(items)
+    return histogram_quantile(q, buckets)
+
+
+def caches_by_total(q, buckets, _seen={}):
+    """State: a cache keyed by (q, total) answers a different histogram with the same total from before."""
+    key = (q, max(buckets.values()) if buckets else 0)
+    if key not in _seen:
+        _seen[key] = histogram_quantile(q, buckets)
+    return _seen[key]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (histogram_quantile, histogram_quantile_np):
+        L.check_same_as_reference(fn)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        per_bucket_counts,
+        dict_order,
+        passes_rank,
+        lowest_from_its_bound,
+        upper_bound_only,
+        returns_inf,
+        zero_when_empty,
+        crashes_when_empty,
+        fixed_q,
+        rank_minus_one,
+        sorted_by_count,
+        lower_bound_of_last_nonempty,
+        lowest_nonempty_starts_at_zero,
+        rounded_to_ms,
+        integer_rank,
+        strict_reach,
+        inf_when_past_finite,
+        sorts_in_place,
+        caches_by_total,
+        calls_ailab,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match="where the two differ|write it yourself|changed its input|where the"):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_names_the_smallest_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(returns_inf)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert "yours is inf where the reference's is 0.0" in str(e.value)

@@ -53,9 +53,16 @@ def check(lab: str, name: str) -> Callable:
             except NotImplementedError as e:
                 message = str(e) if "not implemented yet" in str(e) else f"not implemented yet. {e}".strip()
             except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
-                tb = traceback.extract_tb(e.__traceback__)
-                where = f" (at line {tb[-1].lineno} of {tb[-1].name})" if tb else ""
-                message = f"your code raised {type(e).__name__}: {e}{where}"
+                frame = _owner_frame(e)
+                if frame is not None and _is_checker_file(frame.filename):
+                    message = (
+                        f"the check could not judge your answer: it raised {type(e).__name__}: {e} in its own code "
+                        f"(line {frame.lineno} of {frame.name}). That is a defect in the check, not in your code; "
+                        "please report it with your answer"
+                    )
+                else:
+                    where = f" (at line {frame.lineno} of {frame.name})" if frame else ""
+                    message = f"your code raised {type(e).__name__}: {e}{where}"
             else:
                 _record(lab, name, True, "")
                 print(f"PASS  {name}")
@@ -68,6 +75,36 @@ def check(lab: str, name: str) -> Callable:
         return wrapper
 
     return decorate
+
+
+_LABS_DIR = os.path.dirname(os.path.abspath(__file__))
+_AILAB_DIR = os.path.dirname(_LABS_DIR)
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
+
+
+def _is_checker_file(path: str) -> bool:
+    return os.path.abspath(path).startswith(_LABS_DIR + os.sep)
+
+
+def _is_library_file(path: str) -> bool:
+    """numpy, torch, the standard library, ailab outside the checks: code that neither the learner nor the check
+    wrote for this exercise, so an exception raised there belongs to whoever called it."""
+    path = os.path.abspath(path)
+    return (
+        "site-packages" in path
+        or path.startswith(_STDLIB_DIR + os.sep)
+        or (path.startswith(_AILAB_DIR + os.sep) and not _is_checker_file(path))
+        or path.startswith("<frozen")
+    )
+
+
+def _owner_frame(e: BaseException):
+    """The innermost frame of the learner's code or of the check's own: where the exception was made, library
+    frames skipped. In the check's own code it is a checker defect, never the learner's fault."""
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not _is_library_file(frame.filename):
+            return frame
+    return None
 
 
 def expect(condition: bool, message: str) -> None:

@@ -28,6 +28,7 @@ import numbers
 import numpy as np
 
 from ailab.labs.core import answer, check, expect
+from ailab.labs.differential import same_as_reference
 
 LAB = "ex_histogram_quantile"
 INF = float("inf")
@@ -212,3 +213,46 @@ def check_against_numpy(histogram_quantile):
                 f"20,000 lognormal latencies in {unit} in buckets {width:g} wide: q={q} should be within two bucket "
                 f"widths of numpy's percentile {want:.4g}; got {got!r}",
             )
+
+
+def _histograms():
+    """Hypothesis: (q, buckets) as /metrics could expose them, bounds in any order, counts int or float."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        bounds = sorted(d(st.sets(st.sampled_from([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0]))))
+        per_bucket = d(st.lists(st.integers(0, 5), min_size=len(bounds) + 1, max_size=len(bounds) + 1))
+        as_float = d(st.booleans())
+        cumulative = np.cumsum(per_bucket).tolist()
+        pairs = list(zip([*bounds, INF], [float(c) if as_float else int(c) for c in cumulative]))
+        order = d(st.permutations(range(len(pairs))))
+        total = cumulative[-1]
+        q = d(
+            st.one_of(
+                st.sampled_from([1.0, 0.5, 0.99]),
+                st.floats(0.001, 1.0),
+                st.integers(1, max(total, 1)).map(lambda k: k / max(total, 1)),  # a rank equal to a count
+            )
+        )
+        return q, {pairs[i][0]: pairs[i][1] for i in order}
+
+    return draw()
+
+
+@check(LAB, "agrees with Prometheus's rule on every histogram tried")
+def check_same_as_reference(histogram_quantile):
+    from ailab import monitoring
+
+    expect(
+        not _delegates(histogram_quantile),
+        "your histogram_quantile calls ailab.monitoring.histogram_quantile: the exercise is to write it yourself",
+    )
+    same_as_reference(
+        histogram_quantile,
+        monitoring.histogram_quantile,
+        _histograms(),
+        describe=lambda q, buckets: f"q={q!r}, buckets={buckets}",
+        arg_names=("q", "buckets"),
+        examples=300,
+    )

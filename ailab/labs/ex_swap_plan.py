@@ -21,7 +21,10 @@ The checks are derived from what the function must guarantee:
 
 from __future__ import annotations
 
+import copy
+
 from ailab.labs.core import LabCheckFailed, check, expect, refused
+from ailab.labs.differential import same_value
 
 LAB = "ex_swap_plan"
 MB = 2**20
@@ -34,7 +37,7 @@ def _refused_error():
 
 
 def _plan(swap_plan, loaded, swapping, new_bytes, budget, what):
-    given = [tuple(x) for x in loaded]
+    given = copy.deepcopy(loaded)
     try:
         out = swap_plan(loaded, swapping, new_bytes, budget)
     except NotImplementedError:
@@ -47,7 +50,7 @@ def _plan(swap_plan, loaded, swapping, new_bytes, budget, what):
     except Exception as e:  # the learner's code may raise anything
         raise LabCheckFailed(f"{what}: your code raised {type(e).__name__}: {e}") from e
     expect(
-        [tuple(x) for x in loaded] == given,
+        same_value(loaded, given),
         f"{what}: swap_plan changed the `loaded` list it was given (now {loaded}); plan, don't evict",
     )
     expect(

@@ -33,6 +33,7 @@ import numpy as np
 
 from ailab.batching import QueueFullError
 from ailab.labs.core import check, expect, within_time
+from ailab.labs.differential import short
 
 LAB = "lab_admission_control"
 
@@ -328,7 +329,12 @@ def simulate(
                 outcome["rejected"] += 1
             next_id += 1
         max_len = max(max_len, len(queue))
-        batch, expired = take_batch(queue, float(t), served_per_tick)
+        out = take_batch(queue, float(t), served_per_tick)
+        expect(
+            isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, list) for x in out),
+            f"take_batch should return a tuple of two lists, (batch, expired); got {short(out)}",
+        )
+        batch, expired = out
         outcome["expired"] += len(expired)
         for r in batch:
             outcome["served"] += 1

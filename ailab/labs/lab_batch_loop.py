@@ -28,12 +28,14 @@ hanging the notebook.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 import numpy as np
 
 from ailab.batching import run_sync
 from ailab.labs.core import check, expect, within_time
+from ailab.labs.differential import short
 
 LAB = "lab_batch_loop"
 LIMIT_S = 3.0
@@ -60,7 +62,13 @@ def _collect(collect_batch, feed, max_batch_size: int, max_wait_s: float) -> dic
         await asyncio.sleep(0)  # let the feeder put what it puts at once
         t0, c0 = time.monotonic(), time.thread_time()
         try:
-            batch = await asyncio.wait_for(collect_batch(queue, max_batch_size, max_wait_s), LIMIT_S)
+            pending = collect_batch(queue, max_batch_size, max_wait_s)
+            expect(
+                inspect.isawaitable(pending),
+                "collect_batch should be a coroutine function (`async def collect_batch(...)`), so that it can "
+                f"await the queue; calling it returned {type(pending).__name__} {short(pending)} instead of a coroutine",
+            )
+            batch = await asyncio.wait_for(pending, LIMIT_S)
         except asyncio.TimeoutError:
             raise _Forever from None
         finally:
