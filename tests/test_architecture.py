@@ -31,7 +31,7 @@ def test_every_module_is_named():
     assert not unnamed, f"modules missing from ARCHITECTURE.md: {unnamed}"
 
 
-LAB_MACHINERY = {"__init__", "core", "build", "runner", "grade"}
+LAB_MACHINERY = {"__init__", "core", "build", "runner", "grade", "differential"}
 
 
 def test_every_check_module_has_its_test_file_named_one_way():

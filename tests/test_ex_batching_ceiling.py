@@ -199,3 +199,167 @@ def test_numpy_sizes_and_a_ceiling_in_percent():
         E.check_per_item(python_ints_only)
     with pytest.raises(LabCheckFailed, match=r"ceiling should be 10 / 3 = 3.33"):
         E.check_ceiling_and_best(ceiling_in_percent)
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def integer_division(batch_ms):
+    """Units: ms // b - whole ms per item, so 12 ms over a batch of 8 is 1, not 1.5."""
+    _need1(batch_ms)
+    per = {b: ms // b for b, ms in batch_ms.items()}
+    best = min(sorted(per), key=per.get)
+    return {"per_item_ms": per, "ceiling": per[1] / per[best] if per[best] else float("inf"), "best_batch": best}
+
+
+def rounded_before_compared(batch_ms):
+    """Units: picks the best on per-item times rounded to 0.01 ms (0.999 and 1.0 tie, so batch 1 wins)."""
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    best = min(sorted(per), key=lambda b: round(per[b], 2))
+    return _finish(per, best)
+
+
+def float32_arrays(batch_ms):
+    """Units: vectorised in float32, so per-item times and the ceiling are off in the 8th digit."""
+    import numpy as np
+
+    _need1(batch_ms)
+    sizes = np.array(list(batch_ms), dtype=np.int64)
+    per_arr = np.array(list(batch_ms.values()), dtype=np.float32) / sizes.astype(np.float32)
+    per = {b: float(p) for b, p in zip(batch_ms, per_arr)}
+    return _finish(per, min(sorted(per), key=per.get))
+
+
+def loop_le(batch_ms):
+    """Boundary: an ascending loop with <= where the contract wants a strict improvement: a tie goes to the larger."""
+    _need1(batch_ms)
+    per, best = {}, None
+    for b in sorted(batch_ms):
+        per[b] = batch_ms[b] / b
+        if best is None or per[b] <= per[best]:
+            best = b
+    return _finish(per, best)
+
+
+def lone_batch_refused(batch_ms):
+    """Boundary: with batch 1 alone there is 'nothing to compare', so it refuses instead of answering 1.0."""
+    if len(batch_ms) < 2:
+        raise ValueError("need batch 1 and at least one other batch size")
+    return batching_ceiling(batch_ms)
+
+
+def int32_sizes(batch_ms):
+    """Boundary: batch sizes in an int32 array; a size beyond 2**31 overflows."""
+    import numpy as np
+
+    _need1(batch_ms)
+    sizes = np.array(list(batch_ms), dtype=np.int32)
+    times = np.array(list(batch_ms.values()), dtype=np.float64)
+    per = {b: float(t / s) for b, s, t in zip(batch_ms, sizes, times)}
+    return _finish(per, min(sorted(per), key=per.get))
+
+
+def divides_in_place(batch_ms):
+    """State: turns the caller's batch times into per-item times."""
+    _need1(batch_ms)
+    for b in batch_ms:
+        batch_ms[b] = batch_ms[b] / b
+    best = min(sorted(batch_ms), key=batch_ms.get)
+    return _finish(dict(batch_ms), best)
+
+
+def keeps_per_item(batch_ms, _per={}):
+    """State: a mutable default collects per-item times across calls, so old batch sizes come back."""
+    _need1(batch_ms)
+    for b, ms in batch_ms.items():
+        _per[b] = ms / b
+    best = min(sorted(_per), key=_per.get)
+    return {"per_item_ms": dict(_per), "ceiling": _per[1] / _per[best], "best_batch": best}
+
+
+def cached_by_sizes(batch_ms, _seen={}):
+    """State: caches the report by the set of batch sizes, so new measurements of the same sizes are not seen."""
+    key = frozenset(int(b) for b in batch_ms)
+    if key not in _seen:
+        _seen[key] = batching_ceiling(batch_ms)
+    return _seen[key]
+
+
+def sort_desc_take_last(batch_ms):
+    """Order: sorts by per-item time, slowest first, and takes the last; equal times keep the dict's order."""
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    return _finish(per, sorted(per, key=per.get, reverse=True)[-1])
+
+
+def argmin_in_dict_order(batch_ms):
+    """Order: numpy's argmin over the values in the dict's order: the first listed wins a tie."""
+    import numpy as np
+
+    _need1(batch_ms)
+    per = {b: ms / b for b, ms in batch_ms.items()}
+    sizes = list(per)
+    return _finish(per, sizes[int(np.argmin(list(per.values())))])
+
+
+OLD_WRONG = [
+    largest_batch,
+    batch_times,
+    throughput,
+    tie_larger,
+    tie_dict_order,
+    best_excludes_1,
+    first_key_baseline,
+    inverted,
+    key_error,
+    smallest_as_baseline,
+    fixed_sizes,
+    per_item_by_position,
+    python_ints_only,
+    ceiling_in_percent,
+]
+NEW_WRONG = [
+    integer_division,
+    rounded_before_compared,
+    float32_arrays,
+    loop_le,
+    lone_batch_refused,
+    int32_sizes,
+    divides_in_place,
+    keeps_per_item,
+    cached_by_sizes,
+    sort_desc_take_last,
+    argmin_in_dict_order,
+]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (batching_ceiling, batching_ceiling_alt, E._reference_batching_ceiling):
+        E.check_same_as_reference(fn)
+    for chk in (E.check_per_item, E.check_ceiling_and_best, E.check_needs_batch_1):
+        chk(E._reference_batching_ceiling)
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG + NEW_WRONG)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(
+        LabCheckFailed, match=r"^agrees with the contract on every set of measurements tried: on batch_ms="
+    ):
+        E.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        E.check_same_as_reference(rounded_before_compared)
+    assert "on batch_ms={1: 1.0, 8: 7.992}: best_batch should be 8" in str(e.value)
+    assert "yours is 1" in str(e.value)
+    with pytest.raises(LabCheckFailed, match=r"changed its input `batch_ms`"):
+        E.check_same_as_reference(divides_in_place)
+    with pytest.raises(LabCheckFailed, match=r"2147483656.*your code raised OverflowError"):
+        E.check_same_as_reference(int32_sizes)
+
+
+def test_the_differential_check_fails_a_stub():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        E.check_same_as_reference(stub)

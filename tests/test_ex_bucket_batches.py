@@ -221,3 +221,213 @@ def test_stub_fails(chk):
 def test_stub_fails_together():
     with pytest.raises(LabCheckFailed):
         L.check_bucketing_pays(stub, stub)
+
+
+# --------------------------------------------------------------------------- the differential checks
+
+
+def nearest_bucket(lengths, width, max_batch):
+    """Units: round(length / width) instead of rounding up: 1..8 and 9..24 share buckets with width 16."""
+    return _by_key(lengths, max_batch, lambda n: round(n / width))
+
+
+def floor_plus_one(lengths, width, max_batch):
+    """Units: length // width + 1, which sends an exact multiple of width (16 with width 16) to the next bucket."""
+    return _by_key(lengths, max_batch, lambda n: n // width + 1)
+
+
+def truncates_at_64(lengths, width, max_batch):
+    """Boundary: clamps every length to the chapter model's 64 tokens first, so 70 and 100 share 64's bucket."""
+    return _by_key(lengths, max_batch, lambda n: math.ceil(min(n, 64) / width))
+
+
+def zero_joins_first_bucket(lengths, width, max_batch):
+    """Boundary: max(1, ...) so that an empty text 'has a bucket': 0 tokens joins lengths 1..width."""
+    return _by_key(lengths, max_batch, lambda n: max(1, math.ceil(n / width)))
+
+
+def buckets_in_place(lengths, width, max_batch):
+    """State: replaces the caller's lengths by their buckets to save a list."""
+    if isinstance(lengths, list):
+        for i, n in enumerate(lengths):
+            lengths[i] = math.ceil(n / width)
+        return _by_key(lengths, max_batch, lambda b: b)
+    return bucket_batches(lengths, width, max_batch)
+
+
+def cached_by_shape(lengths, width, max_batch, _seen={}):
+    """State: caches the plan by (number of requests, width, max_batch): another queue of the same size is not seen."""
+    key = (len(lengths), width, max_batch)
+    if key not in _seen:
+        _seen[key] = bucket_batches(lengths, width, max_batch)
+    return [list(b) for b in _seen[key]]
+
+
+def consecutive_runs(lengths, width, max_batch):
+    """Order: a batch takes only the run of same-bucket requests right after the leader, stopping at another bucket."""
+    out, i = [], 0
+    while i < len(lengths):
+        bucket, batch = math.ceil(lengths[i] / width), [i]
+        i += 1
+        while i < len(lengths) and len(batch) < max_batch and math.ceil(lengths[i] / width) == bucket:
+            batch.append(i)
+            i += 1
+        out.append(batch)
+    return out
+
+
+def shortest_of_the_bucket(lengths, width, max_batch):
+    """Order: the leader's batch takes the shortest of its bucket (tighter padding), not the oldest."""
+    waiting, out = list(range(len(lengths))), []
+    while waiting:
+        bucket = math.ceil(lengths[waiting[0]] / width)
+        same = [i for i in waiting if math.ceil(lengths[i] / width) == bucket]
+        batch = sorted([waiting[0], *sorted(same[1:], key=lambda i: lengths[i])[: max_batch - 1]])
+        out.append(batch)
+        waiting = [i for i in waiting if i not in batch]
+    return out
+
+
+def _by_key(lengths, max_batch, key):
+    waiting, out = list(range(len(lengths))), []
+    while waiting:
+        bucket = key(lengths[waiting[0]])
+        batch = [i for i in waiting if key(lengths[i]) == bucket][:max_batch]
+        out.append(batch)
+        waiting = [i for i in waiting if i not in batch]
+    return out
+
+
+def rounded_share(batches, lengths):
+    """Units: the share rounded to two decimals before it is returned."""
+    return round(padding_waste(batches, lengths), 2)
+
+
+def whole_percent(batches, lengths):
+    """Units: whole percent by integer division, then back to a share."""
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    real = sum(lengths[i] for b in batches for i in b)
+    return (slots - real) * 100 // slots / 100 if slots else 0.0
+
+
+def guards_on_lengths(batches, lengths):
+    """Boundary: guards 'no lengths' instead of 'no slots': no batches over some lengths divide by zero."""
+    if len(lengths) == 0:
+        return 0.0
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    return (slots - sum(lengths[i] for b in batches for i in b)) / slots
+
+
+def guards_on_first_batch(batches, lengths):
+    """Boundary: looks at batches[0] to decide whether there is anything, which fails on no batches."""
+    if not batches[0]:
+        return 0.0
+    return padding_waste(batches, lengths)
+
+
+def running_totals(batches, lengths, _totals=[0, 0]):
+    """State: keeps the slot and token totals between calls, as a dashboard counter would."""
+    _totals[0] += sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    _totals[1] += sum(lengths[i] for b in batches for i in b)
+    return (_totals[0] - _totals[1]) / _totals[0] if _totals[0] else 0.0
+
+
+def sorts_each_batch(batches, lengths):
+    """State: sorts each of the caller's batches by length to read the longest off its end."""
+    slots = real = 0
+    for b in batches:
+        b.sort(key=lambda i: lengths[i])
+        slots += len(b) * lengths[b[-1]]
+        real += sum(lengths[i] for i in b)
+    return (slots - real) / slots if slots else 0.0
+
+
+def last_is_longest(batches, lengths):
+    """Order: takes a batch's last member as its longest, as if batches were sorted by length."""
+    slots = sum(len(b) * lengths[b[-1]] for b in batches)
+    real = sum(lengths[i] for b in batches for i in b)
+    return (slots - real) / slots if slots else 0.0
+
+
+def leader_is_longest(batches, lengths):
+    """Order: pads each batch to its first member (its leader), not its longest."""
+    slots = sum(len(b) * lengths[b[0]] for b in batches)
+    real = sum(lengths[i] for b in batches for i in b)
+    return (slots - real) / slots if slots else 0.0
+
+
+OLD_WRONG_BATCHES = [
+    floor_bucket,
+    bucket_by_bucket,
+    sorted_by_bucket,
+    no_max_batch,
+    fixed_width,
+    sorts_by_length,
+    lifo_in_bucket,
+    sorts_in_place,
+]
+NEW_WRONG_BATCHES = [
+    nearest_bucket,
+    floor_plus_one,
+    truncates_at_64,
+    zero_joins_first_bucket,
+    buckets_in_place,
+    cached_by_shape,
+    consecutive_runs,
+    shortest_of_the_bucket,
+]
+OLD_WRONG_WASTE = [
+    global_max_waste,
+    mean_of_ratios,
+    over_real_tokens,
+    efficiency,
+    all_lengths_real,
+    percent,
+    no_empty_guard,
+]
+NEW_WRONG_WASTE = [
+    rounded_share,
+    whole_percent,
+    guards_on_lengths,
+    guards_on_first_batch,
+    running_totals,
+    sorts_each_batch,
+    last_is_longest,
+    leader_is_longest,
+]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (bucket_batches, bucket_batches_alt, L.reference_batches):
+        L.check_batches_same_as_reference(fn)
+    L.check_waste_same_as_reference(padding_waste)
+    L.check_waste_same_as_reference(L._waste)
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG_BATCHES + NEW_WRONG_BATCHES)
+def test_the_batches_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match=r"^bucket_batches: the same batches .*: on lengths="):
+        L.check_batches_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG_WASTE + NEW_WRONG_WASTE)
+def test_the_waste_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match=r"^padding_waste: the same share .*: on batches="):
+        L.check_waste_same_as_reference(wrong)
+
+
+def test_the_differential_checks_name_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed, match=r"lengths=\[70, 100, 65, 5\].*should be \[\[0, 2\], \[1\], \[3\]\]"):
+        L.check_batches_same_as_reference(truncates_at_64)
+    with pytest.raises(LabCheckFailed, match=r"changed its input `lengths`"):
+        L.check_batches_same_as_reference(buckets_in_place)
+    with pytest.raises(LabCheckFailed, match=r"changed its input `batches`"):
+        L.check_waste_same_as_reference(sorts_each_batch)
+    with pytest.raises(LabCheckFailed, match=r"on batches=\[\], lengths=\[\d.*ZeroDivisionError.*returns 0.0"):
+        L.check_waste_same_as_reference(guards_on_lengths)
+
+
+@pytest.mark.parametrize("chk", [L.check_batches_same_as_reference, L.check_waste_same_as_reference])
+def test_the_differential_checks_fail_a_stub(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

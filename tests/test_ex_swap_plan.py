@@ -235,3 +235,170 @@ def refusal_names_the_budget_only(loaded, swapping, new_bytes, budget):
 def test_boundaries_and_messages_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def _evict_lru(loaded, swapping, total, budget, same=lambda a, b: a == b):
+    evict = []
+    for name, n in loaded:
+        if total <= budget:
+            break
+        if not same(name, swapping):
+            evict.append(name)
+            total -= n
+    return evict
+
+
+def whole_mib(loaded, swapping, new_bytes, budget):
+    """Units: works in whole MiB (bytes // 2**20), so sizes and budgets a few bytes apart look equal."""
+    mib = {n: b // L.MB for n, b in loaded}
+    new, cap = new_bytes // L.MB, budget // L.MB
+    if mib.get(swapping, 0) + new > cap:
+        raise SwapRefusedError(f"old {mib.get(swapping, 0)} MiB + new {new} MiB > budget {cap} MiB")
+    return _evict_lru([(n, mib[n]) for n, _ in loaded], swapping, sum(mib.values()) + new, cap)
+
+
+def gib_to_one_decimal(loaded, swapping, new_bytes, budget):
+    """Units: sizes in GiB rounded to one decimal, as a dashboard shows them, before comparing."""
+
+    def gib(b):
+        return round(b / 2**30, 1)
+
+    sizes = {n: gib(b) for n, b in loaded}
+    new, cap = gib(new_bytes), gib(budget)
+    if sizes.get(swapping, 0) + new > cap:
+        raise SwapRefusedError(f"old {sizes.get(swapping, 0)} GiB + new {new} GiB > budget {cap} GiB")
+    return _evict_lru([(n, sizes[n]) for n, _ in loaded], swapping, sum(sizes.values()) + new, cap)
+
+
+def index_zero_falsy(loaded, swapping, new_bytes, budget):
+    """Boundary: finds the swapped model's index and tests it for truth: at index 0 (the LRU end) old counts as 0."""
+    idx = next((i for i, (n, _) in enumerate(loaded) if n == swapping), None)
+    old = loaded[idx][1] if idx else 0
+    if old + new_bytes > budget:
+        raise SwapRefusedError(f"old ({old} bytes) and new ({new_bytes} bytes) exceed the budget of {budget} bytes")
+    return _evict_lru(loaded, swapping, sum(b for _, b in loaded) + new_bytes, budget)
+
+
+def int32_sizes(loaded, swapping, new_bytes, budget):
+    """Boundary: sizes in an int32 numpy array: a model past 2**31 bytes overflows."""
+    import numpy as np
+
+    sizes = np.array([b for _, b in loaded], dtype=np.int32)
+    old = int(sum(s for (n, _), s in zip(loaded, sizes) if n == swapping))
+    if old + new_bytes > budget:
+        raise SwapRefusedError(f"old ({old} bytes) and new ({new_bytes} bytes) exceed the budget of {budget} bytes")
+    return _evict_lru(loaded, swapping, int(sizes.sum()) + new_bytes, budget)
+
+
+def mutable_default(loaded, swapping, new_bytes, budget, evict=[]):
+    """State: the plan is a mutable default argument, so every call adds to the names of the calls before it."""
+    sizes = dict(loaded)
+    if sizes.get(swapping, 0) + new_bytes > budget:
+        raise SwapRefusedError(f"old ({sizes.get(swapping, 0)}) + new ({new_bytes}) > budget ({budget}) bytes")
+    total = sum(sizes.values()) + new_bytes
+    for name, n in loaded:
+        if total <= budget:
+            break
+        if name != swapping:
+            evict.append(name)
+            total -= n
+    return evict
+
+
+def removes_swapping(loaded, swapping, new_bytes, budget):
+    """State: takes the swapped model out of the caller's list first, to walk only the others."""
+    old = dict(loaded).get(swapping, 0)
+    if swapping in dict(loaded):
+        loaded.remove((swapping, old))
+    if old + new_bytes > budget:
+        raise SwapRefusedError(f"old ({old} bytes) and new ({new_bytes} bytes) exceed the budget of {budget} bytes")
+    return _evict_lru(loaded, swapping, sum(b for _, b in loaded) + old + new_bytes, budget)
+
+
+def case_insensitive(loaded, swapping, new_bytes, budget):
+    """Parsing: matches the swapped model's name ignoring case, so 'bert' is never evicted while 'BERT' swaps."""
+    sizes = dict(loaded)
+    if sizes.get(swapping, 0) + new_bytes > budget:
+        raise SwapRefusedError(f"old ({sizes.get(swapping, 0)}) + new ({new_bytes}) > budget ({budget}) bytes")
+    total = sum(sizes.values()) + new_bytes
+    return _evict_lru(loaded, swapping, total, budget, same=lambda a, b: a.lower() == b.lower())
+
+
+def alphabetical(loaded, swapping, new_bytes, budget):
+    """Order: walks dict(loaded) sorted by name, not the list's least-recently-used order."""
+    return swap_plan(sorted(dict(loaded).items()), swapping, new_bytes, budget)
+
+
+def evicted_newest_first(loaded, swapping, new_bytes, budget):
+    """Order: the right models, but listed from the most recently used of them."""
+    return list(reversed(swap_plan(loaded, swapping, new_bytes, budget)))
+
+
+OLD_WRONG = [
+    forgets_old,
+    forgets_new,
+    evicts_swapping,
+    most_recent_first,
+    biggest_first,
+    strict_budget,
+    evicts_all_others,
+    returns_everything_instead_of_refusing,
+    raises_value_error,
+    refuses_when_everything_is_over,
+    fixed_budget,
+    pops_from_loaded,
+    first_load_crashes,
+    returns_pairs,
+    first_load_never_refused,
+]
+NEW_WRONG = [
+    whole_mib,
+    gib_to_one_decimal,
+    index_zero_falsy,
+    int32_sizes,
+    mutable_default,
+    removes_swapping,
+    case_insensitive,
+    alphabetical,
+    evicted_newest_first,
+]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (swap_plan, swap_plan_alt, L._reference_swap_plan):
+        L.check_same_as_reference(fn)
+    for chk in (L.check_fits, L.check_lru, L.check_refuses, L.check_first_load_and_sizes):
+        chk(L._reference_swap_plan)
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG + NEW_WRONG)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match=r"^agrees with the contract on every swap tried: on loaded="):
+        L.check_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize("wrong", [refusal_without_sizes, refusal_names_the_budget_only])
+def test_the_refusals_words_are_left_to_check_refuses(wrong):
+    """The differential check compares the refusal's type, not its message: check_refuses says what it must name."""
+    L.check_same_as_reference(wrong)
+    with pytest.raises(LabCheckFailed, match="does not give"):
+        L.check_refuses(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(
+        LabCheckFailed, match=r"\('bert', 100\), \('BERT', 100\)\].*should be \['bert'\]; yours is \[\]"
+    ):
+        L.check_same_as_reference(case_insensitive)
+    with pytest.raises(LabCheckFailed, match=r"changed its input `loaded`"):
+        L.check_same_as_reference(removes_swapping)
+    with pytest.raises(LabCheckFailed, match=r"3221225472.*your code raised OverflowError"):
+        L.check_same_as_reference(int32_sizes)
+
+
+def test_the_differential_check_fails_a_stub():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

@@ -17,6 +17,9 @@ The checks are derived from what the function must guarantee:
       not the smallest key present).
   errors: no batch 1 is a ValueError that names batch 1 (not a KeyError, not a ceiling taken from another size);
       an empty dict is a ValueError.
+  against a reference (_reference_batching_ceiling, the contract written out), over Hypothesis-drawn dicts: sizes in
+      any order, beyond 2**31, batch 1 missing; exact ties and near-ties a thousandth apart, random and whole-ms
+      times; numpy np.int64 sizes and times; the dict it was given left as it was, nothing kept between calls.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import math
 import numpy as np
 
 from ailab.labs.core import answer, check, expect, refused
+from ailab.labs.differential import close, exactly, same_as_reference, short
 
 LAB = "ex_batching_ceiling"
 
@@ -147,3 +151,116 @@ def check_needs_batch_1(batching_ceiling):
             "1" in str(e),
             f"batch_ms {batch_ms}: the ValueError should say that batch 1 is missing; its message is {str(e)!r}",
         )
+
+
+# --------------------------------------------------------------------------- against a reference, over drawn inputs
+
+
+def _reference_batching_ceiling(batch_ms):
+    """The contract, written out: per-item time = batch time / size; the best is the lowest, the smaller on a tie."""
+    if 1 not in batch_ms:
+        sizes = sorted(int(b) for b in batch_ms)
+        raise ValueError(f"the ceiling is measured against batch 1, which is missing (batch sizes: {sizes})")
+    per_item = {b: ms / b for b, ms in batch_ms.items()}
+    best = min(sorted(per_item), key=per_item.get)
+    return {"per_item_ms": per_item, "ceiling": per_item[1] / per_item[best], "best_batch": best}
+
+
+# Batch sizes: the notes' powers of two, sizes no note mentions, and one beyond 2**31 (it does not fit an int32).
+# Per-item times k/1024 * 2**e are exact binary fractions, so time = per-item * size is exact and
+# equal per-item times tie exactly whichever way a right answer divides (ms / b, or b / ms for a throughput).
+_SIZES = (1, 2, 3, 4, 5, 7, 8, 12, 16, 32, 48, 64, 100, 128, 256, 1024, 4096, 2**31 + 8)
+
+
+def _batch_ms_inputs():
+    """Hypothesis: (batch_ms,) - sizes in any order, batch 1 mostly present; times exact (ties and near-ties a
+    thousandth apart), random floats, or whole ms; sometimes numpy's np.int64 sizes and np.float64/np.int64 times."""
+    from hypothesis import strategies as st
+
+    exact = st.builds(
+        lambda k, e: k / 1024 * 2.0**e,
+        st.sampled_from([1024, 1023, 1025, 512, 768, 1536, 2048, 3072, 4095]),
+        st.integers(-4, 6),
+    )
+
+    @st.composite
+    def draw(d):
+        sizes = d(st.sets(st.one_of(st.sampled_from(_SIZES[1:]), st.integers(2, 300)), max_size=6))
+        if d(st.integers(0, 9)) < 9:  # batch 1 is there nine times in ten; else a ValueError is the answer
+            sizes.add(1)
+        sizes = list(sizes)
+        order = d(st.permutations(range(len(sizes))))
+        kind = d(st.sampled_from(["exact", "float", "int", "mixed"]))
+        batch_ms = {}
+        for i in order:
+            b = sizes[i]
+            k = kind if kind != "mixed" else d(st.sampled_from(["exact", "float", "int"]))
+            if k == "int" and b > 4096:
+                k = "exact"  # whole ms over a size beyond 2**31 would leave per-item times a few ulps apart
+            if k == "exact":
+                batch_ms[b] = d(exact) * b
+            elif k == "float":
+                batch_ms[b] = d(st.floats(0.01, 1e4, allow_nan=False, allow_infinity=False))
+            else:
+                batch_ms[b] = d(st.integers(1, 100_000))
+        if d(st.integers(0, 3)) == 3:  # straight from numpy arrays
+            batch_ms = {
+                np.int64(b): (np.float64(v) if isinstance(v, float) else np.int64(v)) for b, v in batch_ms.items()
+            }
+        return (batch_ms,)
+
+    return draw()
+
+
+def _plain(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _show_batch_ms(batch_ms):
+    shown = "{" + ", ".join(f"{_plain(b)!r}: {_plain(v)!r}" for b, v in batch_ms.items()) + "}"
+    if any(isinstance(x, np.generic) for pair in batch_ms.items() for x in pair):
+        shown += " (numpy np.int64 sizes and numpy times)"
+    return f"batch_ms={shown}"
+
+
+def _compare_report(mine, ref):
+    """The three fields: per-item times and the ceiling within 1e-9 (relative), the best batch exactly."""
+    fields = ("per_item_ms", "ceiling", "best_batch")
+    if not isinstance(mine, dict) or not set(fields) <= set(mine):
+        return (
+            "batching_ceiling should return a dict with the keys per_item_ms, ceiling and best_batch; got "
+            f"{short(mine)}"
+        )
+    per = close()(mine["per_item_ms"], ref["per_item_ms"])
+    if per:
+        shown = {_plain(b): _plain(v) for b, v in ref["per_item_ms"].items()}
+        return f"per_item_ms should be {short(shown)} (each batch's time over its size); {per}"
+    if exactly(mine["best_batch"], ref["best_batch"]):
+        return (
+            f"best_batch should be {_plain(ref['best_batch'])!r} (the lowest per-item time, the smaller batch on a "
+            f"tie); yours is {short(_plain(mine['best_batch']))}"
+        )
+    if close()(mine["ceiling"], ref["ceiling"]):
+        return (
+            f"ceiling should be {_plain(ref['ceiling'])!r} (batch 1's per-item time over the best's); yours is "
+            f"{short(_plain(mine['ceiling']))}"
+        )
+    return None
+
+
+@check(LAB, "agrees with the contract on every set of measurements tried")
+def check_same_as_reference(batching_ceiling):
+    same_as_reference(
+        batching_ceiling,
+        _reference_batching_ceiling,
+        _batch_ms_inputs(),
+        describe=_show_batch_ms,
+        compare=_compare_report,
+        edges=[
+            ({1: 4, 8: 12, 32: 40},),  # whole ms: per item 4, 1.5 and 1.25, not 4, 1 and 1
+            ({1: 3.0, 2: 5.0, 2**31 + 8: float(2**31 + 8)},),  # a batch size beyond 2**31
+            ({1: 1.0, 8: 7.992},),  # 0.999 ms per item at batch 8: a thousandth better than batch 1
+        ],
+        arg_names=("batch_ms",),
+        examples=300,
+    )

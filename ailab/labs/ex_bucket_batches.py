@@ -19,6 +19,9 @@ The checks are derived from what each function must guarantee:
       batches, not a mean of ratios, not relative to real tokens); equal lengths give exactly 0; indices in no
       batch are not counted; a single batch; no batches gives 0.0; a share in [0, 1), not a percentage.
   Together: on alternating short and long texts, buckets cut the padding share to under half.
+  Against the reference (reference_batches and _waste), over Hypothesis-drawn inputs: lengths on a bucket's edges,
+      0 tokens, past 64; width 1 and wider than all; max_batch 1 to beyond 2**31; list, tuple, numpy array; batches
+      in any order leaving requests out, no batches; the inputs left as they were, nothing kept between calls.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numbers
 import numpy as np
 
 from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import exactly, same_as_reference, short
 
 LAB = "ex_bucket_batches"
 
@@ -231,3 +235,101 @@ def check_bucketing_pays(bucket_batches, padding_waste):
         "should cut it to under half",
     )
     return {"no buckets": plain, "buckets of 16": cut}
+
+
+# --------------------------------------------------------------------------- against the reference, over drawn inputs
+
+
+def _bucket_inputs():
+    """Hypothesis: (lengths, width, max_batch) - lengths as a list, a tuple or a numpy int64 array; lengths on a
+    bucket's edges (k * width and k * width + 1), 0 tokens, lengths past the model's 64; width 1, one that divides
+    the lengths, one wider than all; max_batch 1, small, and more than are queued."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        width = d(st.one_of(st.sampled_from([16, 1, 5]), st.integers(1, 40), st.just(10_000)))
+        one = st.one_of(
+            st.integers(1, 64),
+            st.integers(0, 6).map(lambda k: k * width),  # a bucket's last length (0 tokens when k = 0)
+            st.integers(0, 6).map(lambda k: k * width + 1),  # the next bucket's first
+            st.integers(65, 600),  # past the 64 tokens the chapter's model keeps: the contract does not truncate
+        )
+        n = d(st.integers(0, 30))
+        lengths = d(st.lists(one, min_size=n, max_size=n))
+        max_batch = d(st.one_of(st.integers(1, 4), st.integers(1, max(n, 1)), st.just(n + 1), st.just(2**31 + 1)))
+        container = d(st.sampled_from(["list", "tuple", "numpy"]))
+        if container == "tuple":
+            lengths = tuple(lengths)
+        elif container == "numpy":
+            lengths = np.array(lengths, dtype=np.int64)
+        return lengths, width, max_batch
+
+    return draw()
+
+
+def _kind(lengths):
+    return {list: "", tuple: " (a tuple)", np.ndarray: " (a numpy int64 array)"}.get(type(lengths), "")
+
+
+def _compare_batches(mine, ref):
+    if exactly(mine, ref) is not None:
+        return f"the batches should be {short(ref)}; yours are {short(mine)}"
+    if not (isinstance(mine, list) and all(isinstance(b, list) for b in mine)):
+        return f"the batches should be a list of lists, {short(ref)}; yours are {short(mine)}"
+    return None
+
+
+@check(LAB, "bucket_batches: the same batches as the reference on every queue tried")
+def check_batches_same_as_reference(bucket_batches):
+    same_as_reference(
+        bucket_batches,
+        reference_batches,
+        _bucket_inputs(),
+        describe=lambda lengths, width, max_batch: (
+            f"lengths={_show(lengths)}" + _kind(lengths) + f", width={width}, max_batch={max_batch}"
+        ),
+        compare=_compare_batches,
+        edges=[
+            ([0, 1, 16, 17, 0], 16, 8),  # 0 tokens is bucket 0, not bucket 1
+            ([70, 100, 65, 5], 16, 8),  # lengths past 64 keep their own buckets
+        ],
+        arg_names=("lengths", "width", "max_batch"),
+        examples=250,
+    )
+
+
+def _waste_inputs():
+    """Hypothesis: (batches, lengths) - some requests in no batch, batches in any order and of any size, members in
+    any order; lengths 1 and up, equal lengths, as a list, a tuple or a numpy int64 array; no batches at all."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        lengths = d(st.lists(st.one_of(st.integers(1, 64), st.sampled_from([1, 16, 17, 500])), max_size=25))
+        chosen = d(st.lists(st.sampled_from(range(len(lengths))), unique=True)) if lengths else []
+        chosen = d(st.permutations(chosen))
+        cuts = sorted(d(st.sets(st.integers(1, max(len(chosen) - 1, 1)), max_size=6))) if len(chosen) > 1 else []
+        bounds = [0, *[c for c in cuts if c < len(chosen)], len(chosen)]
+        batches = [list(chosen[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+        container = d(st.sampled_from(["list", "tuple", "numpy"]))
+        if container == "tuple":
+            lengths = tuple(lengths)
+        elif container == "numpy":
+            lengths = np.array(lengths, dtype=np.int64)
+        return batches, lengths
+
+    return draw()
+
+
+@check(LAB, "padding_waste: the same share as the reference on every set of batches tried")
+def check_waste_same_as_reference(padding_waste):
+    same_as_reference(
+        padding_waste,
+        _waste,
+        _waste_inputs(),
+        describe=lambda batches, lengths: f"batches={batches}, lengths={_show(lengths)}{_kind(lengths)}",
+        edges=[([[0, 1], [2]], [2, 4, 3]), ([[2, 0]], [3, 50, 6]), ([], [])],
+        arg_names=("batches", "lengths"),
+        examples=250,
+    )

@@ -17,6 +17,10 @@ The checks are derived from what the function must guarantee:
   also when the other models alone would fit and for a first load larger than the whole budget, and its
   message gives the sizes (old, new, budget); old + new == budget is accepted after evicting everything
   else; a first load; the list it was given is left as it was; returns the names, in eviction order.
+  Against a reference (_reference_swap_plan, the contract written out), over Hypothesis-drawn swaps: sizes in bytes,
+      MiB and GiB (past 2**31), names differing only in case, the swapped model anywhere or not loaded, new_bytes 0,
+      budgets on every boundary and one byte either side; nothing kept between calls. (The refusal's words are
+      check_refuses's: the reference comparison looks at its type only.)
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import copy
 
 from ailab.labs.core import LabCheckFailed, check, expect, refused
-from ailab.labs.differential import same_value
+from ailab.labs.differential import exactly, same_as_reference, same_value, short
 
 LAB = "ex_swap_plan"
 MB = 2**20
@@ -216,3 +220,95 @@ def check_first_load_and_sizes(swap_plan):
     expect(out == [], f"{what}: 28.5 + 0.5 = 29 GiB fits exactly; got {out}")
     out = _plan(swap_plan, loaded, "enc", gb // 2 + 1, 29 * gb, what + " (new version one byte bigger)")
     expect(out == ["llm-a"], f"{what}, new version one byte over 0.5 GiB: evict ['llm-a']; got {out}")
+
+
+# --------------------------------------------------------------------------- against a reference, over drawn inputs
+
+
+def _reference_swap_plan(loaded, swapping, new_bytes, budget):
+    """The contract, written out: refuse when old + new exceed the budget; else evict others LRU-first until it fits."""
+    sizes = dict(loaded)
+    old_bytes = sizes.get(swapping, 0)
+    if old_bytes + new_bytes > budget:
+        raise _refused_error()(
+            f"{swapping!r}: old ({old_bytes} bytes) and new ({new_bytes} bytes) versions side by side exceed the "
+            f"budget of {budget} bytes"
+        )
+    total = sum(sizes.values()) + new_bytes
+    evict = []
+    for name, n_bytes in loaded:
+        if total <= budget:
+            break
+        if name != swapping:
+            evict.append(name)
+            total -= n_bytes
+    return evict
+
+
+# Names: distinct, some differing only in case ("bert" and "BERT" are two models), one empty.
+_NAMES = ("a", "b", "c", "x", "A", "bert", "BERT", "llm-a", "llm-A", "enc", "model:v2", "")
+
+
+def _swap_inputs():
+    """Hypothesis: (loaded, swapping, new_bytes, budget) - up to six models in LRU order, sizes in bytes, MiB or GiB
+    (past 2**31 bytes), the swapped model anywhere or not loaded (a first load, nothing loaded at all), a new
+    version of 0 bytes, as big as the old or one byte more; budgets on every boundary (the total, old + new, the
+    total after evicting the first k others, each exactly and one byte either side, 0) and in between."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        unit = d(st.sampled_from([MB, 1, 2**30]))
+        names = d(st.lists(st.sampled_from(_NAMES), unique=True, max_size=6))
+        loaded = [(n, d(st.integers(1, 800)) * unit + d(st.sampled_from([0, 1]))) for n in names]
+        swapping = d(st.sampled_from(names)) if names and d(st.integers(0, 4)) < 4 else d(st.sampled_from(_NAMES))
+        old = dict(loaded).get(swapping, 0)
+        new_bytes = d(
+            st.one_of(
+                st.integers(0, 800).map(lambda k: k * unit),
+                st.sampled_from([old, old + 1, max(old - 1, 0), 0]),
+            )
+        )
+        total = sum(b for _, b in loaded) + new_bytes
+        others = [b for n, b in loaded if n != swapping]
+        marks = [total, old + new_bytes, *(total - sum(others[:k]) for k in range(1, len(others) + 1))]
+        if d(st.integers(0, 4)) < 4:
+            budget = max(0, d(st.sampled_from(marks)) + d(st.sampled_from([0, -1, 1])))
+        else:
+            budget = d(st.integers(0, total + unit))
+        return loaded, swapping, new_bytes, budget
+
+    return draw()
+
+
+def _describe_swap(loaded, swapping, new_bytes, budget):
+    total = sum(b for _, b in loaded) + new_bytes
+    return (
+        f"loaded={loaded} (bytes, least recently used first), swapping={swapping!r}, new_bytes={new_bytes}, "
+        f"budget={budget} (everything loaded + the new version = {total} bytes)"
+    )
+
+
+def _compare_plans(mine, ref):
+    if exactly(mine, ref) is not None:
+        return f"the plan should be {short(ref)}; yours is {short(mine)}"
+    if not (isinstance(mine, list) and all(isinstance(n, str) for n in mine)):
+        return f"the plan should be a list of model names, {short(ref)}; yours is {short(mine)}"
+    return None
+
+
+@check(LAB, "agrees with the contract on every swap tried")
+def check_same_as_reference(swap_plan):
+    same_as_reference(
+        swap_plan,
+        _reference_swap_plan,
+        _swap_inputs(),
+        describe=_describe_swap,
+        compare=_compare_plans,
+        edges=[
+            ([("x", 3 * 2**30), ("a", 2**30)], "x", 2**30, 4 * 2**30),  # sizes past 2**31, swapped model at the LRU end
+            ([("bert", 100), ("BERT", 100)], "BERT", 100, 200),  # two models whose names differ only in case
+        ],
+        arg_names=("loaded", "swapping", "new_bytes", "budget"),
+        examples=300,
+    )
