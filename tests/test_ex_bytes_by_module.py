@@ -210,3 +210,130 @@ def bits_over_eight(model, depth=1):
 def test_dtypes_nobody_listed(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         L.check_bytes_and_buffers(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _all(model):
+    return list(model.named_parameters()) + list(model.named_buffers())
+
+
+def finfo_iinfo_bits(model, depth=1):
+    """Units: element size from finfo/iinfo bits / 8 (bool has no iinfo; complex64 reads as its float32 half)."""
+
+    def size(t):
+        info = torch.finfo(t.dtype) if t.is_floating_point() or t.is_complex() else torch.iinfo(t.dtype)
+        return t.numel() * info.bits // 8
+
+    return _from(_all(model), depth, size=size)
+
+
+def rows_times_size(model, depth=1):
+    """Units: len(t) (the rows) instead of numel() (the elements)."""
+    return _from(_all(model), depth, size=lambda t: len(t) * t.element_size())
+
+
+def shallow_modules_dropped(model, depth=1):
+    """Boundaries: a tensor whose module path is shorter than `depth` is skipped instead of keeping its path."""
+    out = defaultdict(int)
+    for name, t in _all(model):
+        parts = name.split(".")[:-1]
+        if len(parts) >= depth:
+            out[".".join(parts[:depth])] += t.numel() * t.element_size()
+    return dict(out)
+
+
+def model_group_named(model, depth=1):
+    """Boundaries: the model's own tensors go to a group named 'model' instead of ''."""
+    return {(k or "model"): v for k, v in bytes_by_module(model, depth).items()}
+
+
+_SEEN: dict = {}
+
+
+def cached_by_id(model, depth=1):
+    """State: answers cached by the model's class and parameter count, so another model of the same class and
+    size (other dtypes, other buffers) gets the old answer. (Keyed by id(model), the mistake shows only when
+    CPython reuses a freed model's address, which no test can count on.)"""
+    key = (type(model).__name__, sum(p.numel() for p in model.parameters()), depth)
+    if key not in _SEEN:
+        _SEEN[key] = bytes_by_module(model, depth)
+    return _SEEN[key]
+
+
+def casts_to_float32(model, depth=1):
+    """State: calls model.float() first "to read every size the same way", which changes the caller's model."""
+    return bytes_by_module(model.float(), depth)
+
+
+def lowercased_groups(model, depth=1):
+    """Order and parsing: group names lowercased, so 'Head' and 'head' merge."""
+    out = defaultdict(int)
+    for k, v in bytes_by_module(model, depth).items():
+        out[k.lower()] += v
+    return dict(out)
+
+
+def alphabetical_owner(model, depth=1):
+    """Order: a shared tensor counted under the alphabetically first of its names, not the first listed."""
+    owner = {}
+    for name, t in sorted(list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers())):
+        owner.setdefault(id(t), (name, t))
+    return _from(owner.values(), depth)
+
+
+NEW_WRONG = [
+    finfo_iinfo_bits,
+    rows_times_size,
+    shallow_modules_dropped,
+    model_group_named,
+    cached_by_id,
+    casts_to_float32,
+    lowercased_groups,
+    alphabetical_owner,
+]
+
+
+@pytest.mark.parametrize("fn", [bytes_by_module, bytes_by_module_alt])
+def test_right_answers_agree_with_the_reference(fn):
+    L.check_same_as_reference(fn)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        from_state_dict,
+        parameters_only,
+        four_bytes_each,
+        counts_elements,
+        keeps_duplicates,
+        per_child,
+        from_tensor_name,
+        ignores_depth,
+        float_values,
+        last_name_wins,
+        dtype_table,
+        bits_over_eight,
+        *NEW_WRONG,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(
+        LabCheckFailed, match=r"bytes_by_module\(model, depth=|two different answers for the same input"
+    ):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_names_the_model_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(alphabetical_owner)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert "(the same tensor)" in str(e.value) and "should hold" in str(e.value)
+    with pytest.raises(LabCheckFailed, match=r"changed the model it was given"):
+        L.check_same_as_reference(casts_to_float32)
+
+
+def test_stub_fails_the_differential_check():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

@@ -14,6 +14,10 @@ greedy_decode(model, prompt_ids, max_new_tokens) -> LongTensor (B, max_new_token
 Each wrong answer is one class of mistake: the prompt returned with the new tokens, one token too few, a decode
 step too many, recomputing the prefix, prefilling again at every step, the wrong token fed back, the argmax over
 the wrong axis, only the first row, sampling instead of argmax, a list or floats returned, the prompt changed.
+The differential check (against ailab.generation.generate) catches each of those, and more: ids stored as int8,
+an argmax of rounded probabilities (units); a stop token of its own, >= at the positions limit, the prompt's last
+id fed as a decode step (boundaries); answers memoized by shape, a cache kept from the first call (state); the
+steps' tokens reshaped into rows the wrong way (order).
 """
 
 import pytest
@@ -175,3 +179,156 @@ def test_a_cache_without_room_for_the_new_tokens():
         r"ValueError: the cache holds 12 tokens",
     ):
         L.check_tokens(cache_for_the_prompt_only)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _loop(model, prompt_ids, max_new_tokens, pick=lambda logits: logits.argmax(-1, keepdim=True), stop=None):
+    """The right loop, with the next token chosen by `pick` and an optional early `stop(token)`."""
+    batch, length = prompt_ids.shape
+    cache = KVCache.for_model(model, batch, length + max_new_tokens)
+    token = pick(prefill(model, cache, prompt_ids))
+    out = [token]
+    for _ in range(max_new_tokens - 1):
+        if stop is not None and stop(token):
+            break
+        token = pick(decode_one_token(model, cache, token))
+        out.append(token)
+    return out
+
+
+# Units and rounding: the ids squeezed into a byte; the probabilities rounded before the argmax.
+def ids_as_int8(model, p, n):
+    """Token ids stored as int8 to save memory: ids from 128 up wrap to negative numbers."""
+    return right(model, p, n).to(torch.int8)
+
+
+def argmax_of_rounded_probabilities(model, p, n):
+    """Takes the argmax of the probabilities rounded to whole percents: close ones tie, and the lowest id wins."""
+    pick = lambda logits: (logits.softmax(-1) * 100).round().argmax(-1, keepdim=True)  # noqa: E731
+    return torch.cat(_loop(model, p, n, pick), dim=1)
+
+
+# Boundaries: a stop token of its own, the positions limit, a one-token prompt.
+def stops_at_token_zero(model, p, n):
+    """Stops once every row has produced id 0, read as the end of text: the tiny model has no such token."""
+    return torch.cat(_loop(model, p, n, stop=lambda token: bool((token == 0).all())), dim=1)
+
+
+def refuses_the_last_position(model, p, n):
+    """Guards the model's positions with >=: refuses a prompt and new tokens that fill them exactly."""
+    if p.shape[1] + n >= model.max_positions:
+        raise ValueError(f"{p.shape[1]} + {n} tokens do not fit the model's {model.max_positions} positions")
+    return right(model, p, n)
+
+
+def prefills_all_but_the_last(model, p, n):
+    """Prefills the prompt without its last id, then feeds that id as the first decode step: one more call, and a
+    one-token prompt prefills nothing."""
+    b, t = p.shape
+    cache = KVCache.for_model(model, b, t + n)
+    if t > 1:
+        prefill(model, cache, p[:, :-1])
+    token = decode_one_token(model, cache, p[:, -1:]).argmax(-1, keepdim=True)
+    out = [token]
+    for _ in range(n - 1):
+        token = decode_one_token(model, cache, token).argmax(-1, keepdim=True)
+        out.append(token)
+    return torch.cat(out, dim=1)
+
+
+# State that outlives a call.
+_SEEN: dict = {}
+_CACHES: dict = {}
+
+
+def memoized_by_shape(model, p, n):
+    """Remembers its answers by the prompt's shape and max_new_tokens: another prompt of that shape gets the old
+    answer."""
+    key = (tuple(p.shape), n)
+    if key not in _SEEN:
+        _SEEN[key] = right(model, p, n)
+    return _SEEN[key].clone()
+
+
+def reuses_the_first_cache(model, p, n):
+    """Allocates a cache once per batch size, sized for its first call, and empties it for the next calls: a
+    later call that needs more room runs out."""
+    b, t = p.shape
+    cache = _CACHES.setdefault(b, KVCache.for_model(model, b, t + n))
+    cache.length = 0
+    token = prefill(model, cache, p).argmax(-1, keepdim=True)
+    out = [token]
+    for _ in range(n - 1):
+        token = decode_one_token(model, cache, token).argmax(-1, keepdim=True)
+        out.append(token)
+    return torch.cat(out, dim=1)
+
+
+# Order: the steps' tokens reshaped into rows the wrong way.
+def steps_reshaped_into_rows(model, p, n):
+    """Stacks the steps' (B, 1) tokens along dim 0, (n * B, 1), then views them as (B, n): rows and steps mixed."""
+    return torch.cat(_loop(model, p, n), dim=0).view(p.shape[0], n)
+
+
+def transposed_then_reshaped(model, p, n):
+    """Builds (B, n), transposes it to (n, B), and reshapes back to (B, n) instead of transposing again."""
+    return torch.cat(_loop(model, p, n), dim=1).T.reshape(p.shape[0], n)
+
+
+NEW_WRONG = [
+    ids_as_int8,
+    argmax_of_rounded_probabilities,
+    stops_at_token_zero,
+    refuses_the_last_position,
+    prefills_all_but_the_last,
+    memoized_by_shape,
+    reuses_the_first_cache,
+    steps_reshaped_into_rows,
+    transposed_then_reshaped,
+]
+OLD_WRONG = [
+    with_prompt,
+    one_too_few,
+    one_step_too_many,
+    recomputes_the_prefix,
+    prefills_every_step,
+    feeds_the_prompts_last_token,
+    argmax_over_the_batch,
+    first_row_only,
+    samples,
+    returns_a_list,
+    returns_floats,
+    changes_the_prompt,
+    cache_for_the_prompt_only,
+]
+
+
+@pytest.mark.parametrize("fn", [right, right_preallocated])
+def test_right_answers_agree_with_the_reference(fn):
+    L.check_same_as_reference(fn)
+
+
+@pytest.mark.parametrize("fn", NEW_WRONG + OLD_WRONG, ids=lambda fn: fn.__name__)
+def test_the_differential_check_catches_every_wrong_answer(fn):
+    _SEEN.clear()
+    _CACHES.clear()
+    with pytest.raises(LabCheckFailed, match="the two differ|on a prompt of shape"):
+        L.check_same_as_reference(fn)
+
+
+def test_the_differential_check_names_the_prompt_and_both_tokens():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(feeds_the_prompts_last_token)
+    message = str(e.value)
+    assert "the smallest input found where the two differ" in message
+    assert "the reference gives" in message and "yours" in message and "max_new_tokens=" in message
+
+
+def test_a_stub_is_not_implemented_yet():
+    def stub(model, prompt_ids, max_new_tokens):
+        raise NotImplementedError("write greedy_decode")
+
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

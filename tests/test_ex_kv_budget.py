@@ -102,7 +102,7 @@ def stub(*a, **k):
     raise NotImplementedError("max_sequences() is not implemented yet")
 
 
-CHECKS = [L.check_boundary, L.check_arguments, L.check_blocks]
+CHECKS = [L.check_boundary, L.check_arguments, L.check_blocks, L.check_same_as_reference]
 
 
 @pytest.mark.parametrize("fn", [max_sequences, max_sequences_alt])
@@ -147,3 +147,107 @@ def test_pooling_has_its_own_message():
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def float_division(budget, *shape, block_tokens=None):
+    """Units and rounding: a true division truncated, int(budget / per_seq): past 2**53 bytes the float is rounded."""
+    return int(budget / _per_seq(*shape, block_tokens=block_tokens))
+
+
+def works_in_kib(budget, *shape, block_tokens=None):
+    """Units and rounding: budget and sequence in whole KiB (to keep the numbers small): both are rounded first."""
+    return (budget // 1024) // math.ceil(_per_seq(*shape, block_tokens=block_tokens) / 1024)
+
+
+def int32_bytes(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """Boundaries: the bytes per sequence as a numpy int32 product, which wraps past 2**31 (a 70B model, 32k tokens)."""
+    import numpy as np
+
+    tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
+    with np.errstate(over="ignore"):
+        per_seq = int(np.prod(np.array([2, layers, kv_heads, head_dim, dtype_bytes, tokens]), dtype=np.int32))
+    return budget // per_seq if per_seq > 0 else 0
+
+
+def short_sequence_own_length(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """Boundaries: a sequence shorter than one block is given its own length, not a whole block."""
+    if block_tokens is not None and seq_len < block_tokens:
+        block_tokens = None
+    return max_sequences(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
+
+
+_PER_SEQ_BY_MODEL: dict = {}
+
+
+def cached_per_model(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """State: the bytes per sequence cached by the model's shape, so a later seq_len or block size is not seen."""
+    key = (layers, kv_heads, head_dim, dtype_bytes)
+    if key not in _PER_SEQ_BY_MODEL:
+        _PER_SEQ_BY_MODEL[key] = _per_seq(layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
+    return budget // _PER_SEQ_BY_MODEL[key]
+
+
+_PER_TOKEN_BY_SHAPE: dict = {}
+
+
+def cached_per_token(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """State: bytes per token memoised by (layers, kv_heads, head_dim), so a later dtype_bytes is not seen."""
+    key = (layers, kv_heads, head_dim)
+    per_token = _PER_TOKEN_BY_SHAPE.setdefault(key, 2 * layers * kv_heads * head_dim * dtype_bytes)
+    tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
+    return budget // (per_token * tokens)
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (max_sequences, max_sequences_alt):
+        L.check_same_as_reference(fn)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        only_keys,
+        rounds_to_nearest,
+        rounds_up,
+        returns_float,
+        fp16_always,
+        one_kv_head,
+        blocks_round_down,
+        blocks_always_one_more,
+        pooled_blocks,
+        ignores_blocks,
+        strict_fit,
+        float_division,
+        works_in_kib,
+        int32_bytes,
+        short_sequence_own_length,
+        cached_per_model,
+        cached_per_token,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match=r"sequence\(s\) fit; yours says|an int\) like|two different answers"):
+        L.check_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize(
+    "wrong", [float_division, works_in_kib, int32_bytes, short_sequence_own_length, cached_per_model, cached_per_token]
+)
+def test_the_new_wrong_answers_fail_the_checks_together(wrong):
+    failed = 0
+    for chk in CHECKS:
+        try:
+            chk(wrong)
+        except LabCheckFailed:
+            failed += 1
+    assert failed
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(blocks_round_down)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert "bytes per sequence" in str(e.value) and "; yours says" in str(e.value)

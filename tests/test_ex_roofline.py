@@ -231,3 +231,145 @@ def bound_ridge_floored(flops, nbytes, peak, bw):
 def test_answers_that_are_not_whole_numbers(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential checks (issue 42)
+
+
+def att_tflops(i, peak, bw):
+    """Units: answers in TFLOP/s ("the figure's axis is in TFLOP/s")."""
+    return np.minimum(peak, bw * i) / 1000
+
+
+def att_whole_intensity(i, peak, bw):
+    """Rounding: the intensity truncated to whole FLOP per byte before the roofline."""
+    return np.minimum(peak, bw * np.trunc(i))
+
+
+def att_ridge_floored(i, peak, bw):
+    """Boundaries: the ridge as a floor division, so intensities between it and the true ridge get the peak."""
+    return np.where(np.asarray(i) < peak // bw, bw * np.asarray(i), peak) if np.ndim(i) else min(peak, bw * i)
+
+
+def att_one_element_is_a_number(i, peak, bw):
+    """Boundaries: a one-element array comes back as a plain number, not an array of shape (1,)."""
+    out = np.minimum(peak, bw * np.asarray(i))
+    return out.item() if out.size == 1 else out
+
+
+def att_out_into_input(i, peak, bw):
+    """State: multiplies into the caller's float array with out= to save an allocation."""
+    if isinstance(i, np.ndarray) and i.dtype.kind == "f":
+        return np.minimum(peak, np.multiply(i, bw, out=i))
+    return np.minimum(peak, bw * i)
+
+
+def att_answer_in_the_input(i, peak, bw):
+    """State: writes the answer over the intensities it was given and returns that array."""
+    if isinstance(i, np.ndarray):
+        i[...] = np.minimum(peak, bw * i)
+        return i.astype(float)
+    return min(peak, bw * i)
+
+
+def bound_giga_flops(flops, nbytes, peak, bw):
+    """Units: converts the FLOPs to GFLOP but leaves the bytes as they are."""
+    return "memory" if (flops / 1e9) / nbytes < peak / bw else "compute"
+
+
+def bound_rounded_intensity(flops, nbytes, peak, bw):
+    """Rounding: the intensity rounded to one decimal before it is compared (3.97 reads as 4.0)."""
+    return "memory" if round(flops / nbytes, 1) < peak / bw else "compute"
+
+
+def bound_ridge_rounded(flops, nbytes, peak, bw):
+    """Rounding: the ridge rounded to two decimals ("FLOP/byte to 2 places is plenty")."""
+    return "memory" if flops / nbytes < round(peak / bw, 2) else "compute"
+
+
+def bound_isclose_is_ridge(flops, nbytes, peak, bw):
+    """Boundaries: anything within 0.1 % of the ridge is called "at the ridge", hence compute-bound."""
+    import math
+
+    if math.isclose(flops / nbytes, peak / bw, rel_tol=1e-3):
+        return "compute"
+    return "memory" if flops / nbytes < peak / bw else "compute"
+
+
+def bound_int_intensity(flops, nbytes, peak, bw):
+    """Boundaries: the intensity compared as an int (a "FLOP per byte" count), so 3.99 against a ridge of 3.995."""
+    return "memory" if int(flops / nbytes) < peak / bw else "compute"
+
+
+NEW_ATT = [att_tflops, att_whole_intensity, att_ridge_floored, att_one_element_is_a_number]
+NEW_ATT += [att_out_into_input, att_answer_in_the_input]
+NEW_BOUND = [bound_giga_flops, bound_rounded_intensity, bound_ridge_rounded, bound_isclose_is_ridge]
+NEW_BOUND += [bound_int_intensity]
+
+
+@pytest.mark.parametrize("att, bnd", [(attainable_gflops, bound), (attainable_where, bound_alt)])
+def test_right_answers_agree_with_the_reference(att, bnd):
+    L.check_attainable_same_as_reference(att)
+    L.check_bound_same_as_reference(bnd)
+
+
+def test_an_inverted_intensity_agrees_with_the_reference():
+    L.check_bound_same_as_reference(bound_inverted_intensity)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        att_max,
+        att_memory_roof_only,
+        att_peak_only,
+        att_gibibytes,
+        att_unit_mixup,
+        att_python_min,
+        att_list,
+        att_flat,
+        att_fixed_peak,
+        att_divides,
+        att_in_place,
+        att_whole_gflops,
+        *NEW_ATT,
+    ],
+)
+def test_the_attainable_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match=r"where the reference's|changed its input|should give|your code raised"):
+        L.check_attainable_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        bound_reversed,
+        bound_ridge_is_memory,
+        bound_floor_division,
+        bound_half_converted,
+        bound_fixed_ridge,
+        bound_words,
+        bound_vs_peak,
+        bound_floor_both,
+        bound_ridge_floored,
+        *NEW_BOUND,
+    ],
+)
+def test_the_bound_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match=r"-bound; yours says|exactly 'memory' or 'compute'"):
+        L.check_bound_same_as_reference(wrong)
+
+
+def test_the_differential_checks_name_the_smallest_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_bound_same_as_reference(bound_isclose_is_ridge)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert "against a ridge at" in str(e.value) and "-bound; yours says 'compute'" in str(e.value)
+    with pytest.raises(LabCheckFailed, match=r"changed its input `intensity_flop_per_byte`"):
+        L.check_attainable_same_as_reference(att_out_into_input)
+
+
+@pytest.mark.parametrize("chk", [L.check_attainable_same_as_reference, L.check_bound_same_as_reference])
+def test_stub_fails_the_differential_checks(chk):
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        chk(stub)

@@ -26,9 +26,11 @@ a strict comparison at the deadline, another clock, a queue rebound instead of m
 rejected with the message that names it.
 """
 
+import math
 import time
 from collections import deque
 
+import numpy as np
 import pytest
 
 from ailab.batching import QueueFullError
@@ -329,7 +331,15 @@ def test_overload_check_catches_serving_expired_requests():
 
 
 @pytest.mark.parametrize(
-    "chk", [L.check_bound, L.check_typed_error_and_recovery, L.check_deadlines, L.check_take_batch_arguments]
+    "chk",
+    [
+        L.check_bound,
+        L.check_typed_error_and_recovery,
+        L.check_deadlines,
+        L.check_take_batch_arguments,
+        L.check_admit_same_as_reference,
+        L.check_take_batch_same_as_reference,
+    ],
 )
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed):
@@ -380,3 +390,247 @@ def admit_zero_is_unbounded(queue, request, max_queue):
 def test_a_bound_of_zero_is_a_bound():
     with pytest.raises(LabCheckFailed, match=r"max_queue=0 is a queue with no room.*accepted \[0, 1\].*not 'no bound'"):
         L.check_bound(admit_zero_is_unbounded)
+
+
+# --- the differential checks: the learner's function and the reference replay the same generated runs -------------
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (admit, admit_alt):
+        L.check_admit_same_as_reference(fn)
+    for fn in (take_batch, take_batch_alt):
+        L.check_take_batch_same_as_reference(fn)
+
+
+def test_the_differential_checks_are_quick_on_a_right_answer():
+    t0 = time.monotonic()
+    L.check_admit_same_as_reference(admit)
+    L.check_take_batch_same_as_reference(take_batch)
+    assert time.monotonic() - t0 < 6.0  # about 0.5 s and 1.5 s alone; generous for a shared, busy machine
+
+
+def test_the_differential_checks_refuse_a_stub():
+    for chk in (L.check_admit_same_as_reference, L.check_take_batch_same_as_reference):
+        with pytest.raises(LabCheckFailed, match="not implemented yet"):
+            chk(stub)
+
+
+# New wrong answers, one plausible mistake each, right otherwise.
+
+# units and rounding
+
+
+def take_truncates_now(queue, now, max_batch_size):
+    """Reads the clock in whole ticks: `now = int(now)`, so a deadline inside the current tick looks live."""
+    return take_batch(queue, int(now), max_batch_size)
+
+
+def take_whole_ms(queue, now, max_batch_size):
+    """Compares deadline and now in whole milliseconds (`int(x * 1000)`): inside one millisecond, all look equal."""
+    batch, expired = [], []
+    while queue and len(batch) < max_batch_size:
+        r = queue.popleft()
+        (batch if int(r.deadline * 1000) > int(now * 1000) else expired).append(r)
+    return batch, expired
+
+
+def take_float32_deadlines(queue, now, max_batch_size):
+    """Vectorises the deadline test with float32 arrays: near an epoch clock (1.7e9) every deadline is rounded."""
+    batch, expired = [], []
+    while queue and len(batch) < max_batch_size:
+        r = queue.popleft()
+        live = np.float32(r.deadline) > np.float32(now)
+        (batch if live else expired).append(r)
+    return batch, expired
+
+
+# boundaries of the contract
+
+
+def take_zero_is_unbounded(queue, now, max_batch_size):
+    """`max_batch_size or len(queue)`: a batch size of 0 reads as 'no limit'."""
+    return take_batch(queue, now, max_batch_size or len(queue))
+
+
+def admit_int32_ids(queue, request, max_queue):
+    """Refuses a duplicate id by looking it up in an int32 array of the queued ids: ids past 2**31 overflow."""
+    ids = np.array([r.id for r in queue] + [request.id], dtype=np.int32)
+    if len(queue) >= max_queue:
+        raise QueueFullError("full")
+    if request.id in ids[:-1]:
+        raise QueueFullError("duplicate")
+    queue.append(request)
+
+
+def admit_refuses_at_the_last_slot(queue, request, max_queue):
+    """`len(queue) + 1 >= max_queue`: keeps one slot in reserve, so the queue never reaches its bound."""
+    if len(queue) + 1 >= max_queue:
+        raise QueueFullError("full")
+    queue.append(request)
+
+
+# state that outlives a call
+
+
+class AdmitRemembersBound:
+    """Reads max_queue on its first call and keeps it: a later, other bound is ignored."""
+
+    def __init__(self):
+        self.bound = None
+
+    def __call__(self, queue, request, max_queue):
+        if self.bound is None:
+            self.bound = max_queue
+        if len(queue) >= self.bound:
+            raise QueueFullError("full")
+        queue.append(request)
+
+
+class TakeClockNeverGoesBack:
+    """Keeps the latest `now` it saw ("clocks only go forward"): a later, smaller clock is read as the old one."""
+
+    def __init__(self):
+        self.latest = -math.inf
+
+    def __call__(self, queue, now, max_batch_size):
+        self.latest = max(self.latest, now)
+        return take_batch(queue, self.latest, max_batch_size)
+
+
+class TakeKeepsBacklog:
+    """Pops every live request into a backlog of its own and serves the batch from there: the caller's queue no
+    longer holds what waits, and a backlog left from one queue is served for another."""
+
+    def __init__(self):
+        self.backlog = deque()
+
+    def __call__(self, queue, now, max_batch_size):
+        expired = []
+        while queue:
+            r = queue.popleft()
+            (self.backlog if r.deadline > now else expired).append(r)
+        batch = [self.backlog.popleft() for _ in range(min(max_batch_size, len(self.backlog)))]
+        return batch, expired
+
+
+# order
+
+
+def take_earliest_deadline_first(queue, now, max_batch_size):
+    """Sorts the queue by deadline before taking ("most urgent first"): not FIFO."""
+    ordered = sorted(queue, key=lambda r: r.deadline)
+    queue.clear()
+    queue.extend(ordered)
+    return take_batch(queue, now, max_batch_size)
+
+
+def take_batch_sorted_by_id(queue, now, max_batch_size):
+    """Returns the batch sorted by id, as if ids were arrival order."""
+    batch, expired = take_batch(queue, now, max_batch_size)
+    return sorted(batch, key=lambda r: r.id), expired
+
+
+def admit_in_deadline_order(queue, request, max_queue):
+    """Inserts the request before those with later deadlines ("most urgent first"): not at the back."""
+    if len(queue) >= max_queue:
+        raise QueueFullError("full")
+    i = next((k for k, r in enumerate(queue) if r.deadline > request.deadline), len(queue))
+    queue.insert(i, request)
+
+
+NEW_WRONG_TAKE = [
+    take_truncates_now,
+    take_whole_ms,
+    take_float32_deadlines,
+    take_zero_is_unbounded,
+    TakeClockNeverGoesBack,
+    TakeKeepsBacklog,
+    take_earliest_deadline_first,
+    take_batch_sorted_by_id,
+]
+NEW_WRONG_ADMIT = [admit_int32_ids, admit_refuses_at_the_last_slot, AdmitRemembersBound, admit_in_deadline_order]
+
+
+def _fresh(wrong):
+    return wrong() if isinstance(wrong, type) else wrong
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG_TAKE)
+def test_the_take_batch_differential_check_catches_new_wrong_answers(wrong):
+    with pytest.raises(LabCheckFailed, match="the reference gave"):
+        L.check_take_batch_same_as_reference(_fresh(wrong))
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG_ADMIT)
+def test_the_admit_differential_check_catches_new_wrong_answers(wrong):
+    with pytest.raises(LabCheckFailed, match="the reference (accepted|refused)"):
+        L.check_admit_same_as_reference(_fresh(wrong))
+
+
+OLD_WRONG_TAKE = [
+    take_no_deadline,
+    take_expired_counted_in_batch,
+    take_lifo,
+    take_strict,
+    take_wall_clock,
+    take_fixed_size,
+    take_off_by_one,
+    take_sweeps_all_expired,
+    take_rebinds,
+    take_returns_ids,
+    take_drops_expired_silently,
+    take_stops_at_expired,
+    take_one_then_check,
+]
+OLD_WRONG_ADMIT = [
+    admit_unbounded,
+    admit_returns_false,
+    admit_off_by_one,
+    admit_drops_oldest,
+    Latch,
+    admit_exactly_full,
+    admit_fixed_bound,
+    admit_to_front,
+    Counter,
+    admit_wrong_error,
+    admit_append_then_check,
+    admit_copies,
+    admit_zero_is_unbounded,
+]
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG_TAKE)
+def test_the_take_batch_differential_check_catches_every_old_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match="the reference gave"):
+        L.check_take_batch_same_as_reference(_fresh(wrong))
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG_ADMIT)
+def test_the_admit_differential_check_catches_every_old_wrong_answer(wrong):
+    """All but the two that only wait (admit_waits_for_room, admit_slow_refusal): a replay judges outcomes, not time;
+    check_typed_error_and_recovery times them."""
+    with pytest.raises(LabCheckFailed, match="the reference (accepted|refused)"):
+        L.check_admit_same_as_reference(_fresh(wrong))
+
+
+def test_the_differential_check_names_the_call_and_both_outcomes():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_take_batch_same_as_reference(take_strict)
+    message = str(e.value)
+    assert "take_batch(now=3.0, max_batch_size=1)" in message
+    assert "yours gave batch [0] and expired []" in message
+    assert "the reference gave batch [1] and expired [0]" in message
+
+
+def test_the_new_wrong_answers_are_right_otherwise():
+    """Each new wrong answer passes the hand-picked case it was written against: one mistake, not a broken answer."""
+    queue = deque([L.Request(0, 5.0), L.Request(1, 1.0), L.Request(2, 9.0)])
+    for wrong in NEW_WRONG_TAKE:
+        q = deque(queue)
+        batch, expired = _fresh(wrong)(q, 3.0, 8)
+        assert [r.id for r in batch] == [0, 2] and [r.id for r in expired] == [1], wrong
+    for wrong in NEW_WRONG_ADMIT:
+        q, fn = deque(), _fresh(wrong)
+        fn(q, L.Request(0, 5.0), 4)
+        fn(q, L.Request(1, 5.0), 4)
+        assert [r.id for r in q] == [0, 1], wrong

@@ -400,12 +400,14 @@ COLLECT_CHECKS = [
     L.check_batches_trickle,
     L.check_window_does_not_restart,
     L.check_idles_while_waiting,
+    L.check_collect_same_as_reference,
 ]
 ISOLATE_CHECKS = [
     L.check_isolated_success_runs_once,
     L.check_isolates_bad_item,
     L.check_isolation_every_item_fails,
     L.check_isolation_lets_interrupts_through,
+    L.check_isolation_same_as_reference,
 ]
 
 
@@ -504,3 +506,356 @@ def test_stub_fails(chk):
 
     with pytest.raises(LabCheckFailed):
         chk(stub if chk in ISOLATE_CHECKS else astub)
+
+
+# --- the differential checks: the learner's functions and the references replay the same generated cases ----------
+
+
+def test_the_differential_checks_are_quick_on_a_right_answer():
+    t0 = time.monotonic()
+    L.check_collect_same_as_reference(right)
+    L.check_isolation_same_as_reference(run_isolated_right)
+    assert time.monotonic() - t0 < 10.0  # about 1.5 s each alone; generous for a shared, busy machine
+
+
+def test_the_simulated_clock_is_put_back():
+    real = L._REAL["monotonic"]
+    L.check_collect_same_as_reference(right)
+    with pytest.raises(LabCheckFailed):
+        L.check_collect_same_as_reference(blocking_poll)
+    assert time.monotonic is real and time.sleep is L._REAL["sleep"]
+    assert globals()["time"] is time and abs(time.monotonic() - real()) < 1.0
+
+
+# New wrong answers for collect_batch, one plausible mistake each, right otherwise.
+
+# units and rounding
+
+
+async def window_whole_ms(queue, max_batch_size, max_wait_s):
+    """Keeps the window in whole milliseconds (`int(max_wait_s * 1000)`): up to 1 ms of every window is lost."""
+    return await right(queue, max_batch_size, int(max_wait_s * 1000) / 1000)
+
+
+async def clock_whole_ms(queue, max_batch_size, max_wait_s):
+    """Reads the clock in whole milliseconds (`monotonic_ns() // 1_000_000`): the window opens up to 1 ms early."""
+    batch = [await queue.get()]
+    deadline_ms = time.monotonic_ns() // 1_000_000 + max_wait_s * 1000
+    while len(batch) < max_batch_size:
+        remaining = (deadline_ms - time.monotonic_ns() // 1_000_000) / 1000
+        if remaining <= 0:
+            break
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), remaining))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+# boundaries of the contract
+
+
+async def zero_wait_is_no_limit(queue, max_batch_size, max_wait_s):
+    """`max_wait_s or None`: a window of 0 reads as 'no window', so it waits for a full batch."""
+    batch = [await queue.get()]
+    while len(batch) < max_batch_size:
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), max_wait_s or None))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+async def checks_size_after_waiting(queue, max_batch_size, max_wait_s):
+    """Tests for a full batch only after waiting for the next item: with max_batch_size=1 it takes two."""
+    batch = [await queue.get()]
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), remaining))
+        except asyncio.TimeoutError:
+            break
+        if len(batch) >= max_batch_size:
+            break
+    return batch
+
+
+# state that outlives a call
+
+
+async def leaves_getter_behind(queue, max_batch_size, max_wait_s):
+    """asyncio.wait on a get() task, not cancelled when the window closes: it swallows the next item to arrive."""
+    batch = [await queue.get()]
+    deadline = time.monotonic() + max_wait_s
+    while len(batch) < max_batch_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        getter = asyncio.ensure_future(queue.get())
+        done, _ = await asyncio.wait({getter}, timeout=remaining)
+        if not done:
+            break  # the mistake: the getter is left waiting
+        batch.append(getter.result())
+    return batch
+
+
+_overflow: list = []
+
+
+async def keeps_overflow(queue, max_batch_size, max_wait_s):
+    """Drains every waiting item into a list of its own and serves the next call from it: the queue no longer
+    holds what waits, and what one queue left is served for another."""
+    if not _overflow:
+        _overflow.append(await queue.get())
+    deadline = time.monotonic() + max_wait_s
+    while len(_overflow) < max_batch_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            _overflow.append(await asyncio.wait_for(queue.get(), remaining))
+        except asyncio.TimeoutError:
+            break
+    while not queue.empty():
+        _overflow.append(queue.get_nowait())
+    batch = _overflow[:max_batch_size]
+    del _overflow[:max_batch_size]
+    return batch
+
+
+# order
+
+
+async def sorted_batch(queue, max_batch_size, max_wait_s):
+    """Sorts the batch ("by request id"): arrival order is lost."""
+    return sorted(await right(queue, max_batch_size, max_wait_s), key=repr)
+
+
+async def deduplicated_batch(queue, max_batch_size, max_wait_s):
+    """`list(set(batch))` to drop duplicates: the order is the set's, not the arrivals'."""
+    return list(set(await right(queue, max_batch_size, max_wait_s)))
+
+
+# resources
+
+
+async def polls_every_ms(queue, max_batch_size, max_wait_s):
+    """Right batches, but checks the queue every millisecond instead of awaiting it."""
+    while queue.empty():
+        await asyncio.sleep(0.001)
+    batch = [queue.get_nowait()]
+    deadline = time.monotonic() + max_wait_s
+    while len(batch) < max_batch_size and time.monotonic() < deadline:
+        if queue.empty():
+            await asyncio.sleep(min(0.001, max(0.0, deadline - time.monotonic())))
+        else:
+            batch.append(queue.get_nowait())
+    return batch
+
+
+async def polls_for_the_first_item(queue, max_batch_size, max_wait_s):
+    """Polls every 10 ms for the first item (then waits right): an idle server wakes 100 times a second."""
+    while queue.empty():
+        await asyncio.sleep(0.01)
+    batch = [queue.get_nowait()]
+    deadline = time.monotonic() + max_wait_s
+    while len(batch) < max_batch_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), remaining))
+        except asyncio.TimeoutError:
+            break
+    return batch
+
+
+NEW_WRONG_COLLECT = [
+    window_whole_ms,
+    clock_whole_ms,
+    zero_wait_is_no_limit,
+    checks_size_after_waiting,
+    leaves_getter_behind,
+    keeps_overflow,
+    sorted_batch,
+    deduplicated_batch,
+    polls_every_ms,
+    polls_for_the_first_item,
+]
+OLD_WRONG_COLLECT = [
+    waits_forever,
+    never_batches,
+    always_waits,
+    drains_everything,
+    window_from_call,
+    snapshot_only,
+    restarts_window,
+    busy_polls,
+    blocking_poll,
+    fixed_size_8,
+    fixed_window,
+    window_in_ms,
+    off_by_one,
+    puts_back_extra,
+    drops_falsy,
+    returns_tuple,
+    deadline_before_first,
+    newest_first,
+]
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG_COLLECT + OLD_WRONG_COLLECT)
+def test_the_collect_differential_check_catches_every_wrong_answer(wrong):
+    _overflow.clear()
+    with pytest.raises(LabCheckFailed, match="collect_batch agrees with the rule"):
+        L.check_collect_same_as_reference(wrong)
+    _overflow.clear()
+
+
+def test_polling_every_ms_is_named_as_polling():
+    with pytest.raises(LabCheckFailed, match=r"slept and woke \d+ times.*it polls on a timer"):
+        L.check_collect_same_as_reference(polls_every_ms)
+
+
+def test_a_getter_left_behind_is_named():
+    with pytest.raises(LabCheckFailed, match="a get.. left waiting after you return swallows the next item"):
+        L.check_collect_same_as_reference(leaves_getter_behind)
+
+
+@pytest.mark.parametrize("impl", [window_whole_ms, clock_whole_ms, polls_for_the_first_item, polls_every_ms])
+def test_the_new_wrong_collect_answers_are_right_otherwise(impl):
+    """They pass the hand-picked, real-time checks they were written against: one mistake each."""
+    L.check_dispatch_on_size(impl)
+    L.check_never_exceeds_max(impl)
+
+
+# New wrong answers for run_isolated.
+
+
+def results_as_float(fn, items):
+    """Turns every result into a float ("JSON-friendly"): a large result is rounded."""
+    return [(s, float(v) if s == "ok" else v) for s, v in run_isolated_right(fn, items)]
+
+
+def bisect_stops_at_two(fn, items):
+    """Bisects, but a failing pair is reported as two errors instead of being split once more."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception as e:
+        if len(items) <= 2:
+            return [("error", e)] * len(items)
+    mid = len(items) // 2
+    return bisect_stops_at_two(fn, items[:mid]) + bisect_stops_at_two(fn, items[mid:])
+
+
+def reraises_a_single_item(fn, items):
+    """'A batch of one has nothing to isolate': re-raises its error instead of returning it."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        if len(items) == 1:
+            raise
+        return [run_isolated_right(fn, [x])[0] for x in items]
+
+
+class RemembersBadItems:
+    """Keeps the items that failed once and answers them with their old error without asking fn again."""
+
+    def __init__(self):
+        self.bad = {}
+
+    def __call__(self, fn, items):
+        if any(repr(x) in self.bad for x in items):
+            out = []
+            for x in items:
+                out.append(("error", self.bad[repr(x)]) if repr(x) in self.bad else run_isolated_right(fn, [x])[0])
+            return out
+        out = run_isolated_right(fn, items)
+        for x, (s, v) in zip(items, out):
+            if s == "error":
+                self.bad[repr(x)] = v
+        return out
+
+
+class CachesResults:
+    """Caches each item's result across calls ("the model is deterministic"): a result from another model is served."""
+
+    def __init__(self):
+        self.cache = {}
+
+    def __call__(self, fn, items):
+        if items and all(repr(x) in self.cache for x in items):
+            return [("ok", self.cache[repr(x)]) for x in items]
+        out = run_isolated_right(fn, items)
+        for x, (s, v) in zip(items, out):
+            if s == "ok":
+                self.cache[repr(x)] = v
+        return out
+
+
+def bisect_swapped_halves(fn, items):
+    """Bisects, but joins the halves' answers right half first."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception as e:
+        if len(items) == 1:
+            return [("error", e)]
+    mid = len(items) // 2
+    return bisect_swapped_halves(fn, items[mid:]) + bisect_swapped_halves(fn, items[:mid])
+
+
+def sorts_errors_last_on_retry(fn, items):
+    """On retry, answers the items in sorted order ("retry the cheap ones first") and forgets to restore the order."""
+    try:
+        return [("ok", r) for r in fn(items)]
+    except Exception:
+        out = []
+        for x in sorted(items, key=repr):
+            try:
+                out.append(("ok", fn([x])[0]))
+            except Exception as e:
+                out.append(("error", e))
+        return out
+
+
+NEW_WRONG_ISOLATION = [
+    results_as_float,
+    bisect_stops_at_two,
+    reraises_a_single_item,
+    RemembersBadItems,
+    CachesResults,
+    bisect_swapped_halves,
+    sorts_errors_last_on_retry,
+]
+OLD_WRONG_ISOLATION = [
+    fail_whole_batch,
+    always_one_by_one,
+    carries_batch_error,
+    swallows_errors,
+    catches_only_value_error,
+    keeps_the_list,
+    bare_except,
+    raises_when_all_fail,
+    stops_at_first_bad,
+    error_as_text,
+    errors_at_the_end,
+    assumes_numpy,
+    retries_whole_batch,
+]
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG_ISOLATION + OLD_WRONG_ISOLATION)
+def test_the_isolation_differential_check_catches_every_wrong_answer(wrong):
+    wrong = wrong() if isinstance(wrong, type) else wrong
+    with pytest.raises(LabCheckFailed, match="run_isolated agrees with the rule"):
+        L.check_isolation_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize("impl", [results_as_float, RemembersBadItems, CachesResults])
+def test_the_new_wrong_isolation_answers_are_right_otherwise(impl):
+    """They pass the hand-picked checks they were written against: one mistake each."""
+    L.check_isolated_success_runs_once(impl() if isinstance(impl, type) else impl)
+    L.check_isolates_bad_item(impl() if isinstance(impl, type) else impl)

@@ -275,3 +275,103 @@ def test_stubs_fail(tiny):
     ):
         with pytest.raises(LabCheckFailed, match="not implemented yet"):
             fn(stub, *args)
+
+
+# --- the differential checks (issue 42) --------------------------------------------------------------------------
+
+
+def param_mib_round_trip(n, dtype):
+    """Units and rounding: works in MiB rounded to 3 places, then converts back to bytes."""
+    return int(round(n * size_of(dtype) / 2**20, 3) * 2**20)
+
+
+def activation_float32(b, t, h, i, d):
+    """Units and rounding: the element count as a float32 tensor's product (exact only up to 2**24)."""
+    count = torch.tensor([b, t, 3 * h + 2 * i], dtype=torch.float32).prod().item()
+    return int(count) * size_of(d) + b * t * t
+
+
+def kv_int32(c, t, b, d):
+    """Boundaries: the factors multiplied as a numpy int32 product, which wraps past 2**31 bytes."""
+    import numpy as np
+
+    return int(np.prod(np.array([2, c.layers, c.kv_heads, c.head_dim, t, b]), dtype=np.int32)) * size_of(d)
+
+
+def kv_at_least_one_token(c, t, b, d):
+    """Boundaries: "a prompt has at least one token", so an empty cache still holds one token."""
+    return good_kv(c, max(t, 1), b, d)
+
+
+_SIZE_ONCE: dict = {}
+
+
+def param_size_once(n, dtype):
+    """State: the element size looked up on the first call and kept, so a later dtype is not seen."""
+    return n * _SIZE_ONCE.setdefault("size", size_of(dtype))
+
+
+_PER_TOKEN_BY_NAME: dict = {}
+
+
+def kv_cached_by_name(c, t, b, d):
+    """State: bytes per token cached by the config's name, so another config with that name is not seen."""
+    key = (c.name, d)
+    if key not in _PER_TOKEN_BY_NAME:
+        _PER_TOKEN_BY_NAME[key] = 2 * c.layers * c.kv_heads * c.head_dim * size_of(d)
+    return _PER_TOKEN_BY_NAME[key] * t * b
+
+
+def test_right_answers_agree_with_the_reference():
+    lab.check_param_bytes_same_as_reference(good_param_bytes)
+    lab.check_param_bytes_same_as_reference(lambda n, d: float(n * d.itemsize))
+    lab.check_activation_same_as_reference(good_activation_bytes)
+    lab.check_activation_same_as_reference(
+        lambda b, t, h, i, d: (3 * b * t * h + 2 * b * t * i) * d.itemsize + b * t * t
+    )
+    lab.check_kv_same_as_reference(good_kv)
+    lab.check_kv_same_as_reference(lambda c, t, b, d: (c.layers * 2) * (b * c.kv_heads * t * c.head_dim) * d.itemsize)
+
+
+NEW_WRONG = [
+    ("param MiB round trip", lab.check_param_bytes_same_as_reference, param_mib_round_trip),
+    ("param size kept", lab.check_param_bytes_same_as_reference, param_size_once),
+    ("activation float32", lab.check_activation_same_as_reference, activation_float32),
+    ("kv int32", lab.check_kv_same_as_reference, kv_int32),
+    ("kv one token", lab.check_kv_same_as_reference, kv_at_least_one_token),
+    ("kv cached by name", lab.check_kv_same_as_reference, kv_cached_by_name),
+]
+ALL_WRONG = (
+    [(n, lab.check_param_bytes_same_as_reference, w) for n, w, _ in WRONG_PARAM_BYTES]
+    + [(n, lab.check_activation_same_as_reference, w) for n, w, _ in WRONG_ACTIVATIONS]
+    + [(n, lab.check_kv_same_as_reference, w) for n, w, _ in WRONG_KV]
+    + NEW_WRONG
+)
+
+
+@pytest.mark.parametrize("name, chk, wrong", ALL_WRONG, ids=[w[0] + "-" + w[1].__name__ for w in ALL_WRONG])
+def test_the_differential_checks_catch_every_wrong_answer(name, chk, wrong):
+    with pytest.raises(
+        LabCheckFailed, match=r"where the reference's is|not a whole number|your code raised|two different answers"
+    ):
+        chk(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_kv_same_as_reference(kv_cached_by_name)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert "kv_cache_bytes(config(layers=" in str(e.value) and "bytes where the reference's is" in str(e.value)
+
+
+def test_stubs_fail_the_differential_checks():
+    def stub(*a, **k):
+        raise NotImplementedError("write me")
+
+    for chk in (
+        lab.check_param_bytes_same_as_reference,
+        lab.check_activation_same_as_reference,
+        lab.check_kv_same_as_reference,
+    ):
+        with pytest.raises(LabCheckFailed, match="not implemented yet"):
+            chk(stub)

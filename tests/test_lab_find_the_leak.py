@@ -290,3 +290,89 @@ def test_measured_series_are_used():
         lab.check_finds_leaks(lambda s: len(s) != 30 and good_is_leaking(s), planted=leak)  # misses the measured one
     with pytest.raises(LabCheckFailed, match="fixed loop"):
         lab.check_clean_loop(lambda s: len(s) == 30 or good_is_leaking(s), clean=flat)
+
+
+# --- the differential checks (issue 42) --------------------------------------------------------------------------
+
+
+def slope_whole_bytes(samples, warmup_frac=0.2):
+    """Units and rounding: the slope rounded to whole bytes per iteration ("nobody leaks half a byte")."""
+    return float(round(good_slope(samples, warmup_frac)))
+
+
+def slope_float32(samples, warmup_frac=0.2):
+    """Units and rounding: readings held as float32, which rounds 300 MB readings to 32 bytes."""
+    y = np.asarray(samples, dtype=np.float32)[int(len(samples) * warmup_frac) :]
+    return float(np.polyfit(np.arange(len(y), dtype=np.float32), y, 1)[0])
+
+
+def is_leaking_whole_kib(samples):
+    """Units and rounding: the slope rounded to whole KiB before it is compared (4.4 KiB reads as 4)."""
+    return bool(round(good_slope(samples) / KiB) > THRESHOLD // KiB)
+
+
+def zero_frac_means_default(samples, warmup_frac=0.2):
+    """Boundaries: `warmup_frac or 0.2`, so warmup_frac=0 (keep every reading) skips 20 %."""
+    return good_slope(samples, warmup_frac or 0.2)
+
+
+def always_drops_one(samples, warmup_frac=0.2):
+    """Boundaries: skips at least one reading ("the first reading is always the import"), even at warmup_frac=0."""
+    y = np.asarray(samples, dtype=float)
+    y = y[max(1, int(len(y) * warmup_frac)) :]
+    return float(np.polyfit(np.arange(len(y)), y, 1)[0])
+
+
+def deletes_the_warmup(samples, warmup_frac=0.2):
+    """State: drops the warm-up from the caller's list with del, so the soak it was given loses its readings."""
+    k = int(len(samples) * warmup_frac)
+    if isinstance(samples, list):
+        del samples[:k]
+        return good_slope(samples, 0.0)
+    return good_slope(samples, warmup_frac)
+
+
+def subtracts_the_baseline_in_place(samples, warmup_frac=0.2):
+    """State: makes the readings relative to the first one in place (same slope, but the caller's data changed)."""
+    if isinstance(samples, np.ndarray):
+        samples -= samples[0]
+    elif isinstance(samples, list):
+        samples[:] = [x - samples[0] for x in samples]
+    return good_slope(samples, warmup_frac)
+
+
+NEW_SLOPES = [slope_whole_bytes, slope_float32, zero_frac_means_default, always_drops_one, deletes_the_warmup]
+NEW_SLOPES += [subtracts_the_baseline_in_place]
+
+
+def test_right_answers_agree_with_the_reference():
+    for slope in (good_slope, manual_least_squares, original_positions):
+        lab.check_slope_same_as_reference(slope)
+    lab.check_is_leaking_same_as_reference(good_is_leaking)
+
+
+@pytest.mark.parametrize(
+    "fn", [f for _, f, _ in WRONG_SLOPES] + NEW_SLOPES, ids=lambda f: getattr(f, "__name__", "lambda")
+)
+def test_the_slope_differential_check_catches_every_wrong_slope(fn):
+    with pytest.raises(LabCheckFailed, match=r"leak_slope\(|not implemented yet"):
+        lab.check_slope_same_as_reference(fn)
+
+
+@pytest.mark.parametrize(
+    "fn", [f for _, f, _ in WRONG_DETECTORS] + [is_leaking_whole_kib], ids=lambda f: getattr(f, "__name__", "lambda")
+)
+def test_the_is_leaking_differential_check_catches_every_wrong_detector(fn):
+    with pytest.raises(LabCheckFailed, match=r"is_leaking\(|not implemented yet"):
+        lab.check_is_leaking_same_as_reference(fn)
+
+
+def test_the_differential_checks_name_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_slope_same_as_reference(slope_whole_bytes)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert "yours is" in str(e.value) and "where the reference's is" in str(e.value)
+    with pytest.raises(LabCheckFailed, match=r"changed its input `samples`"):
+        lab.check_slope_same_as_reference(deletes_the_warmup)
+    with pytest.raises(LabCheckFailed, match=r"a fitted slope of .* the fitted slope after the warm-up says True"):
+        lab.check_is_leaking_same_as_reference(is_leaking_whole_kib)

@@ -18,6 +18,12 @@ without the output generated before a preemption, queues copied instead of updat
 The policy (each gives the right tokens): admitting newest first, skipping a head that does not fit, static
 batching, one admission per step, preempting the oldest, the request short of a slot or the longest, preempting
 everyone, requeueing at the back or behind the head.
+The trace check (the plans against ailab.generation.schedule's, step by step, over generated traces) catches every
+one of those, and more: admission asking one token, the whole output or a spare block more than it needs, or more
+blocks than it takes, None read as a seat per waiting request, one seat too many (boundaries); blocks counted by
+floor division or rounding (units); token counts memoized by id, max_running kept from the first call, the output
+folded into the prompt (state); victims requeued newest first, the lowest id admitted first, the highest id
+preempted, the admitted put at the front of `running` (order).
 """
 
 from collections import deque
@@ -294,3 +300,203 @@ def test_the_policy_mistakes_pass_the_token_checks():
     L.check_tokens(admits_newest_first)
     L.check_budget(preempts_oldest)
     L.check_budget(requeues_at_the_back)
+
+
+# --------------------------------------------------------------------------- the trace check (issue 42, item 2)
+
+
+def test_the_right_answers_make_the_reference_plans_on_every_trace():
+    L.check_same_as_reference(right)
+    L.check_same_as_reference(schedule)
+
+
+def test_the_traces_preempt_several_requests_in_one_step():
+    """The generated traces reach what the brief asks of them: steps that preempt two and three requests, ids
+    beyond 2**31, no seat limit, a head that fits with nothing to spare."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis import given as _given
+
+    most, large, unlimited = [], [], []
+
+    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @_given(L._traces())
+    def run(args):
+        (trace,) = args
+        steps = L._plans(schedule, trace)
+        most.append(max((len(s["preempted"]) for s in steps), default=0))
+        large.append(any(rid > 2**31 for rid, *_ in trace[3]))
+        unlimited.append(trace[2] is None)
+
+    run()
+    assert max(most) >= 3 and sum(m >= 2 for m in most) >= 10
+    assert any(large) and any(unlimited)
+    assert max(len(s["preempted"]) for s in L._plans(schedule, L._EDGES[0])) == 3
+
+
+def _tokens(req):
+    return len(req.prompt) + len(req.output)
+
+
+def _admit_if(fits, place=lambda running, req: running.append(req)):
+    """A right planner whose admission asks `fits(req, blocks, tokens)` instead of blocks.can_allocate(tokens), and
+    puts the admitted where `place` says."""
+
+    def plan_step(waiting, running, blocks, max_running=None, policy="continuous"):
+        plan = SchedulerOutput()
+        _reserve(waiting, running, blocks, plan)
+        while waiting and (max_running is None or len(running) < max_running):
+            req = waiting[0]
+            if not fits(req, blocks, _tokens(req)):
+                break
+            waiting.popleft()
+            blocks.allocate(req.id, _tokens(req))
+            place(running, req)
+            plan.prefill.append((req, _tokens(req)))
+        return plan
+
+    return plan_step
+
+
+# Boundaries: admission that asks for more room than it needs (the mistakes that got through before), and seats.
+asks_one_token_more = _admit_if(lambda req, blocks, n: blocks.can_allocate(n + 1))
+asks_for_the_whole_output = _admit_if(lambda req, blocks, n: blocks.can_allocate(len(req.prompt) + req.max_new_tokens))
+asks_a_spare_block = _admit_if(lambda req, blocks, n: blocks.blocks_for(n) + 1 <= len(blocks.free_blocks))
+needs_more_than_it_takes = _admit_if(lambda req, blocks, n: blocks.blocks_for(n) < len(blocks.free_blocks))
+
+
+def none_is_a_seat_per_waiting_request(waiting, running, blocks, max_running=None, policy="continuous"):
+    """max_running=None read as 'as many seats as requests waiting' (counted when the step begins)."""
+    return right(waiting, running, blocks, len(waiting) if max_running is None else max_running, policy)
+
+
+def one_seat_too_many(waiting, running, blocks, max_running=None, policy="continuous"):
+    """Admits while len(running) <= max_running: one request beyond the limit."""
+    return right(waiting, running, blocks, None if max_running is None else max_running + 1, policy)
+
+
+# Units and rounding: blocks counted from tokens by floor division, or rounded.
+floor_blocks = _admit_if(lambda req, blocks, n: n // blocks.block_size <= len(blocks.free_blocks))
+rounded_blocks = _admit_if(lambda req, blocks, n: round(n / blocks.block_size) <= len(blocks.free_blocks))
+
+
+# State that outlives a call.
+_TOKENS_SEEN: dict = {}
+_FIRST_SEATS: list = []
+
+
+def tokens_memoized_by_id(waiting, running, blocks, max_running=None, policy="continuous"):
+    """Keeps each request's token count, by id, from the first time it saw it: stale after a preemption, and for
+    the next engine's request that has the same id."""
+    plan = SchedulerOutput()
+    _reserve(waiting, running, blocks, plan)
+    while waiting and (max_running is None or len(running) < max_running):
+        req = waiting[0]
+        tokens = _TOKENS_SEEN.setdefault(req.id, _tokens(req))
+        if not blocks.can_allocate(tokens):
+            break
+        waiting.popleft()
+        blocks.allocate(req.id, tokens)
+        running.append(req)
+        plan.prefill.append((req, tokens))
+    return plan
+
+
+def seats_from_the_first_call(waiting, running, blocks, max_running=None, policy="continuous"):
+    """Reads max_running once, at its first call, and keeps it: the next engine's own limit is not seen."""
+    if not _FIRST_SEATS:
+        _FIRST_SEATS.append(max_running)
+    return right(waiting, running, blocks, _FIRST_SEATS[0], policy)
+
+
+def folds_the_output_into_the_prompt(waiting, running, blocks, max_running=None, policy="continuous"):
+    """On preemption, moves the request's output into its prompt (prompt += output, output cleared): the same
+    prefill count, but the caller's request is changed, and it now runs past its max_new_tokens."""
+
+    def requeue(waiting, victim):
+        victim.prompt.extend(victim.output)
+        victim.output.clear()
+        waiting.appendleft(victim)
+
+    plan = SchedulerOutput()
+    _reserve(waiting, running, blocks, plan, requeue=requeue)
+    _admit(waiting, running, blocks, plan, max_running)
+    return plan
+
+
+# Order: the victims' order at the front of the queue, ids read as age, the admitted put first.
+def requeues_victims_newest_first(waiting, running, blocks, max_running=None, policy="continuous"):
+    """Collects the step's victims (newest first), then puts them back in that order: when two are preempted in
+    one step, the newer ends up at the head of the queue."""
+    plan, victims = SchedulerOutput(), []
+    i = 0
+    while i < len(running):
+        try:
+            blocks.append(running[i].id)
+            plan.decode.append(running[i])
+            i += 1
+        except OutOfBlocks:
+            victim = running.pop()
+            blocks.free(victim.id)
+            victims.append(victim)
+            plan.preempted.append(victim)
+    for victim in reversed(victims):
+        waiting.appendleft(victim)  # the last appended left is the first victim, the newest
+    _admit(waiting, running, blocks, plan, max_running)
+    return plan
+
+
+def admits_the_lowest_id_first(waiting, running, blocks, max_running=None, policy="continuous"):
+    """Reads a lower id as an older request: sorts the queue by id before admitting."""
+    ordered = sorted(waiting, key=lambda r: r.id)
+    waiting.clear()
+    waiting.extend(ordered)
+    return right(waiting, running, blocks, max_running, policy)
+
+
+preempts_the_highest_id = _planner(reserve={"pick": lambda running, req: max(running, key=lambda r: r.id)})
+admitted_at_the_front_of_running = _admit_if(
+    lambda req, blocks, n: blocks.can_allocate(n), place=lambda running, req: running.insert(0, req)
+)
+
+
+NEW_WRONG = [
+    asks_one_token_more,
+    asks_for_the_whole_output,
+    asks_a_spare_block,
+    needs_more_than_it_takes,
+    none_is_a_seat_per_waiting_request,
+    one_seat_too_many,
+    floor_blocks,
+    rounded_blocks,
+    tokens_memoized_by_id,
+    seats_from_the_first_call,
+    folds_the_output_into_the_prompt,
+    requeues_victims_newest_first,
+    admits_the_lowest_id_first,
+    preempts_the_highest_id,
+    admitted_at_the_front_of_running,
+]
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG + list(dict.fromkeys(fn for fn, _, _ in CONTRACT + POLICY)), ids=_name)
+def test_the_trace_check_catches_every_wrong_answer(wrong):
+    _TOKENS_SEEN.clear()
+    _FIRST_SEATS.clear()
+    with pytest.raises(LabCheckFailed, match="is the first where the plans differ|the same plans for"):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_trace_check_names_the_step_the_trace_and_both_plans():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(requeues_victims_newest_first)
+    message = str(e.value)
+    assert "a trace of" in message and "is the first where the plans differ" in message
+    assert "The reference plans: decode" in message and "Yours: decode" in message
+
+
+def test_a_stub_is_not_implemented_yet():
+    def stub(waiting, running, blocks, max_running=None, policy="continuous"):
+        raise NotImplementedError("write schedule")
+
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

@@ -23,6 +23,7 @@ import math
 import numbers
 import random
 import reprlib
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -165,7 +166,25 @@ def _run(fn: Callable, args: tuple, limit_s: float | None) -> _Outcome:
 
 
 def same_value(a, b) -> bool:
-    """Equal as data (arrays by value and dtype, NaN equal to NaN): how a changed input is told from an untouched one."""
+    """Equal as data (arrays and tensors by value and dtype, NaN equal to NaN, modules by their state): how a
+    changed input is told from an untouched one."""
+    torch = sys.modules.get("torch")  # only an answer that uses torch can have handed us a tensor
+    if torch is not None:
+        if isinstance(a, torch.nn.Module) or isinstance(b, torch.nn.Module):
+            return (
+                type(a) is type(b)
+                and [n for n, _ in a.named_modules()] == [n for n, _ in b.named_modules()]
+                and same_value(dict(a.state_dict()), dict(b.state_dict()))
+            )
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return (
+                isinstance(a, torch.Tensor)
+                and isinstance(b, torch.Tensor)
+                and a.dtype == b.dtype
+                and a.shape == b.shape
+                and a.device == b.device
+                and bool(torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, 0, 0, equal_nan=True)))
+            )
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (
             isinstance(a, np.ndarray)
@@ -252,4 +271,10 @@ def same_as_reference(
         )
     except errors.NoSuchExample:
         return
+    except (errors.Flaky, errors.FlakyFailure, errors.FlakyReplay) as e:
+        raise LabCheckFailed(
+            "your function gave different answers to the same input on different calls: it keeps something from one "
+            "call to the next (a cache, a module-level variable, a default argument that is a list or a dict); "
+            "answer from the arguments alone"
+        ) from e
     fail(tuple(found), _verdict(learner, reference, tuple(found), compare, arg_names, limit_s) or "", smallest=True)

@@ -16,6 +16,11 @@ The checks are derived from what the function must guarantee, on small models bu
   the tensor's own name (a model with no children is one group, ''); depth 2 and 3 (a module shallower than
   `depth` keeps its own path); a model with no tensors gives {}; values are ints; the total equals torch's count.
   Groups worth 0 bytes may be present or absent.
+  Then the same groups as a reference written from this contract, on generated models: trees up to four modules
+  deep with parameters and buffers of ten dtypes and of any shape (empty and 0-d included), non-persistent
+  buffers, tensors held by the model itself, parameters tied across modules in either order, a submodule
+  registered under a second name, sibling names that differ only in case, any depth from 1 to 5; the model is
+  left as it was given, and nothing is kept from one model to the next.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import torch
 from torch import nn
 
 from ailab import memory
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import same_as_reference, short
 
 LAB = "ex_bytes_by_module"
 
@@ -243,3 +249,181 @@ def check_depth(bytes_by_module):
     )
     got = _groups(bytes_by_module, nn.Sequential(nn.ReLU(), nn.Dropout()), 2, "a model with no tensors")
     expect(got == {}, f"a model with no parameters or buffers has no bytes to group; got {got}")
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
+    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
+    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
+    from hypothesis import errors
+
+    try:
+        same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky:
+        raise LabCheckFailed(
+            "your function gave two different answers for the same input on two calls: it keeps something from one "
+            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
+        ) from None
+
+
+_DTYPES = (
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+)
+_MODULE_NAMES = ("encoder", "layer", "0", "1", "head", "Head", "attn", "LayerNorm", "emb_2")
+_TENSOR_NAMES = ("weight", "bias", "running_mean", "scale", "ids", "Weight")
+
+
+def _reference_bytes_by_module(model, depth=1) -> dict:
+    """The contract: each tensor once, under the first name the model lists it by, grouped by its module's path."""
+    groups: dict[str, int] = {}
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        key = ".".join(name.split(".")[:-1][:depth])
+        groups[key] = groups.get(key, 0) + tensor.numel() * tensor.element_size()
+    return groups
+
+
+def _build(spec) -> nn.Module:
+    """A model from a plain-data spec: (tree, ties, shares); tree = (tensors, children), built in order."""
+    tree, ties, shares = spec
+    modules: list[nn.Module] = []
+    params: list[nn.Parameter] = []
+
+    def make(node) -> nn.Module:
+        tensors, children = node
+        m = nn.Module()
+        modules.append(m)
+        for kind, name, dtype, shape, persistent in tensors:
+            t = torch.zeros(shape, dtype=getattr(torch, dtype))
+            if kind == "param":
+                p = nn.Parameter(t, requires_grad=t.is_floating_point() or t.is_complex())
+                m.register_parameter(name, p)
+                params.append(p)
+            else:
+                m.register_buffer(name, t, persistent=persistent)
+        for name, child in children:
+            m.add_module(name, make(child))
+        return m
+
+    root = make(tree)
+    for k, (src, dst, new) in enumerate(ties):  # the same Parameter set on another module: tied weights
+        if params:
+            target = modules[dst % len(modules)]
+            target.register_parameter(f"{new}_tied{k}", params[src % len(params)])
+    for k, (src, dst, new) in enumerate(shares):  # a submodule registered a second time, under another name
+        if len(modules) > 1:
+            shared, parent = modules[1 + src % (len(modules) - 1)], modules[dst % len(modules)]
+            if not any(m is parent for m in shared.modules()):  # no cycles
+                parent.add_module(f"{new}_again{k}", shared)
+    return root
+
+
+def _models():
+    """Hypothesis: (spec, depth) for a model as the contract describes it."""
+    from hypothesis import strategies as st
+
+    tensor = st.tuples(
+        st.sampled_from(["param", "buffer"]),
+        st.sampled_from(_TENSOR_NAMES),
+        st.sampled_from([str(d).removeprefix("torch.") for d in _DTYPES]),
+        st.lists(st.integers(0, 5), max_size=3).map(tuple),
+        st.booleans(),
+    )
+    tensors = st.lists(tensor, max_size=3, unique_by=lambda t: t[1])
+
+    def nodes(level):
+        children = (
+            st.just([])
+            if level >= 4
+            else st.lists(
+                st.tuples(st.sampled_from(_MODULE_NAMES), nodes(level + 1)), max_size=3, unique_by=lambda c: c[0]
+            )
+        )
+        return st.tuples(tensors, children)
+
+    link = st.tuples(st.integers(0, 50), st.integers(0, 50), st.sampled_from(["lm_head", "out", "Alias"]))
+    spec = st.tuples(nodes(0), st.lists(link, max_size=2), st.lists(link, max_size=1))
+    return st.tuples(spec, st.integers(1, 5))
+
+
+def _say_model(spec, depth) -> str:
+    model = _build(spec)
+    first: dict[int, str] = {}
+    items = []
+    for kind, named in (
+        ("", model.named_parameters(remove_duplicate=False)),
+        ("buffer ", model.named_buffers(remove_duplicate=False)),
+    ):
+        for name, t in named:
+            if id(t) in first:
+                items.append(f"{name} = {first[id(t)]} (the same tensor)")
+                continue
+            first[id(t)] = name
+            owner = model.get_submodule(".".join(name.split(".")[:-1]))
+            np_ = " not persistent" if kind and name.split(".")[-1] in owner._non_persistent_buffers_set else ""
+            items.append(f"{kind}{name}: {str(t.dtype).removeprefix('torch.')}{list(t.shape)}{np_}")
+    held = "; ".join(items) if items else "no tensors"
+    return f"bytes_by_module(model, depth={depth}) for a model holding {held[:700]}{'...' if len(held) > 700 else ''}"
+
+
+def _snapshot(model) -> list:
+    return [
+        (name, t.dtype, tuple(t.shape), t.data_ptr(), t.requires_grad)
+        for name, t in list(model.named_parameters(remove_duplicate=False))
+        + list(model.named_buffers(remove_duplicate=False))
+    ] + [name for name, _ in model.named_modules(remove_duplicate=False)]
+
+
+def _same_groups(mine, ref) -> str | None:
+    if not isinstance(mine, dict):
+        return f"bytes_by_module() should return a dict of group -> bytes like {short(ref)}; got {short(mine)}"
+    for k, v in mine.items():
+        if not isinstance(k, str):
+            return f"group names are strings (module paths); got the key {short(k)}"
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            return f"group {k!r} holds {short(v)} ({type(v).__name__}); a count of bytes is an int"
+    got = {k: int(v) for k, v in mine.items() if v != 0}
+    want = {k: v for k, v in ref.items() if v != 0}
+    for k, v in want.items():
+        if k not in got:
+            return f"group {k!r} should hold {v} bytes; it is missing from yours ({short(sorted(got))})"
+        if got[k] != v:
+            return f"group {k!r} should hold {v} bytes; yours holds {got[k]}"
+    extra = sorted(set(got) - set(want))
+    if extra:
+        return f"your group(s) {extra} should not be there (the groups are {sorted(want)})"
+    return None
+
+
+@check(LAB, "the same groups as the reference on every model tried")
+def check_same_as_reference(bytes_by_module):
+    def learner(spec, depth):
+        model = _build(spec)
+        before = _snapshot(model)
+        out = bytes_by_module(model, depth)
+        if _snapshot(model) != before:
+            raise LabCheckFailed(
+                f"on {_say_model(spec, depth)}: your function changed the model it was given (its tensors' dtype, "
+                "shape, storage or requires_grad, or its modules): count what is there, and leave it as it was"
+            )
+        return out
+
+    _same_as_reference(
+        learner,
+        lambda spec, depth: _reference_bytes_by_module(_build(spec), depth),
+        _models(),
+        describe=_say_model,
+        compare=_same_groups,
+        arg_names=("model", "depth"),
+        examples=100,
+    )

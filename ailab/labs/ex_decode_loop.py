@@ -13,6 +13,12 @@ The checks are derived from what the loop must guarantee:
   in one prefill and max_new_tokens - 1 steps of one token (a loop that recomputes the prefix, or prefills again,
   processes more); the prompt tensor is not changed; a learner call that raises names the prompt's shape (a cache
   sized for the prompt alone runs out at the first decode step).
+The differential check (check_same_as_reference) runs the learner's loop and ailab.generation.generate (greedy,
+with the KV cache: the contract word for word) on the same tiny decoder over generated prompts (Hypothesis: 1 to 3
+rows of 1 to 16 ids, random or a run of one id, the vocabulary's ends included, contiguous or a strided view;
+max_new_tokens 1 to 8; and the corners: a prefill only, one-token prompts, a prompt and new tokens filling the
+model's 512 positions exactly), and compares the tokens, the calls the model saw, and the prompt after the call.
+max_new_tokens = 0 is left out: the contract starts at 1 (generate refuses 0; the solution's loop returns one token).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ailab.labs.core import answer, check, expect, tiny_decoder, torch_threads
+from ailab.labs.differential import same_as_reference, short
 
 LAB = "ex_decode_loop"
 
@@ -127,3 +134,112 @@ def check_work(greedy_decode):
                 else ""
             ),
         )
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _prompt_tensor(rows, layout: str) -> torch.Tensor:
+    prompt = torch.tensor(rows, dtype=torch.long)
+    if layout == "a column slice":  # the same ids, as a view whose rows are not contiguous in memory
+        prompt = torch.cat([torch.zeros(prompt.shape[0], 1, dtype=torch.long), prompt], dim=1)[:, 1:]
+    return prompt
+
+
+def _decoded(greedy_decode, rows, n, layout) -> dict:
+    """What the contract says is observable of one call on the tiny decoder: the tokens (B rows of n ids), the
+    calls the model saw (the shape of each ids tensor), and whether the prompt was left as it was."""
+    prompt = _prompt_tensor(rows, layout)
+    before = prompt.clone()
+    counting = CountingModel(model())
+    out = greedy_decode(counting, prompt, n)
+    seen = {"calls": counting.calls, "prompt left as it was": bool(torch.equal(prompt, before))}
+    if not isinstance(out, torch.Tensor):
+        return {**seen, "tokens": f"a {type(out).__name__}, not a tensor"}
+    if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
+        return {**seen, "tokens": f"a tensor of dtype {out.dtype}, not integer ids"}
+    return {**seen, "tokens": out.tolist(), "shape": tuple(out.shape)}
+
+
+def _same_decoding(mine: dict, ref: dict) -> str | None:
+    if not mine["prompt left as it was"]:
+        return "your greedy_decode changed the prompt tensor it was given: build new tensors instead"
+    if isinstance(mine["tokens"], str):
+        return (
+            f"greedy_decode should return a tensor of token ids, shape {ref['shape']}; yours returned {mine['tokens']}"
+        )
+    if mine["shape"] != ref["shape"]:
+        return f"the answer should have shape {ref['shape']} (the new tokens of each row); yours has {mine['shape']}"
+    for row, (a, b) in enumerate(zip(mine["tokens"], ref["tokens"])):
+        if a != b:
+            col = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            hint = (
+                f"Token ids run from 0 to {model().vocab_size - 1}: is the dtype wide enough for them?"
+                if not isinstance(a[col], int) or not 0 <= a[col] < model().vocab_size
+                else "Which logits give the next token, and which token is fed back?"
+            )
+            return (
+                f"row {row}, new token {col}: the reference gives {b[col]}, yours {a[col]} (the reference's row: "
+                f"{short(b)}, yours: {short(a)}). {hint}"
+            )
+    if mine["calls"] != ref["calls"]:
+        return (
+            f"the same tokens, but the model saw the calls {short(mine['calls'])} where the reference's loop makes "
+            f"{short(ref['calls'])}: one prefill of the prompt, then one call per further token, with that token only"
+            + (
+                ". Yours answered without the model: from something kept from an earlier call?"
+                if not mine["calls"]
+                else ""
+            )
+        )
+    return None
+
+
+def _decodings():
+    """Hypothesis: (prompt rows, max_new_tokens, layout) for a (B, T) prompt: B 1 to 3, T 1 to 16, ids 0 to 255
+    (the vocabulary's ends included), rows of random ids or every row a run of one id (the tiny model then repeats it
+    for a while: a token that comes early, where a loop that stops at a token of its own would stop), max_new_tokens
+    1 to 8, the prompt contiguous or a view whose rows are not."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        batch, length = d(st.integers(1, 3)), d(st.integers(1, 16))
+        if d(st.booleans()):
+            ids = st.integers(0, 255)
+            rows = [[d(ids) for _ in range(length)] for _ in range(batch)]
+        else:
+            token = d(st.sampled_from([0, 255, 7, 128]))
+            rows = [[token] * length for _ in range(batch)]
+        n = d(st.integers(1, 8))
+        return rows, n, d(st.sampled_from(["contiguous", "a column slice"]))
+
+    return draw()
+
+
+def _describe_decoding(rows, n, layout) -> str:
+    return f"a prompt of shape ({len(rows)}, {len(rows[0])}) ({layout}), ids {short(rows)}, and max_new_tokens={n}"
+
+
+# The contract's corners: max_new_tokens = 1 (a prefill only); a one-token prompt; a prompt and new tokens that
+# fill the model's 512 positions exactly; a prompt of one repeated id (the model repeats it, then moves on).
+_EDGES = [
+    ([[5, 17, 200]], 1, "contiguous"),
+    ([[0], [255], [9]], 6, "contiguous"),
+    ([[(i * 37) % 256 for i in range(506)]], 6, "contiguous"),
+    ([[0] * 5, [0] * 5], 8, "a column slice"),
+]
+
+
+@check(LAB, "the same tokens and model calls as the reference loop, on every prompt tried")
+def check_same_as_reference(greedy_decode):
+    from ailab.generation import generate
+
+    from hypothesis import strategies as st
+
+    mine = lambda rows, n, layout: _decoded(greedy_decode, rows, n, layout)  # noqa: E731
+    ref = lambda rows, n, layout: _decoded(generate, rows, n, layout)  # noqa: E731
+    say = {"describe": _describe_decoding, "compare": _same_decoding, "arg_names": ("prompt", "max_new_tokens")}
+    with torch_threads(1):
+        same_as_reference(mine, ref, _decodings(), examples=50, **say)  # first: a difference on the smallest prompt
+        same_as_reference(mine, ref, st.just(_EDGES[0]), edges=_EDGES, examples=1, **say)

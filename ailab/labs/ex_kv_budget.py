@@ -15,6 +15,9 @@ The checks are derived from what the function must guarantee:
   own KV formula on published configs; blocks: a length that is not a multiple of the block rounds up, one that
   is does not gain a block, a block longer than the sequence is one block, block_tokens=1 and None agree, and a
   block belongs to one sequence (blocks are not pooled across sequences).
+  Then the same answer as a reference written from this contract on generated shapes: budgets at n sequences and
+  one byte either side, zero, and far beyond 2**53 (where a float division is no longer exact); one layer, one
+  head, one token; blocks of 1, of the sequence's length, a divisor, and longer than it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from __future__ import annotations
 import numbers
 
 from ailab import memory
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import same_as_reference
 
 LAB = "ex_kv_budget"
 GiB = 2**30
@@ -171,4 +175,99 @@ def check_blocks(max_sequences):
         got == 10,
         "a budget of 20 blocks of 16 tokens, sequences of 20 tokens: each sequence needs 2 blocks of its "
         f"own (a block is never shared between sequences), so 10 fit; got {got}",
+    )
+
+
+def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
+    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
+    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
+    from hypothesis import errors
+
+    try:
+        same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky:
+        raise LabCheckFailed(
+            "your function gave two different answers for the same input on two calls: it keeps something from one "
+            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
+        ) from None
+
+
+def _reference_max_sequences(budget_bytes, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
+    """The contract, in integers from start to end."""
+    tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
+    return budget_bytes // (2 * layers * kv_heads * head_dim * dtype_bytes * tokens)
+
+
+def _shapes():
+    """Hypothesis: (budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens) from the contract."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        layers = d(st.one_of(st.sampled_from([1, 2, 32, 80]), st.integers(1, 128)))
+        kv_heads = d(st.one_of(st.sampled_from([1, 8]), st.integers(1, 64)))
+        head_dim = d(st.one_of(st.sampled_from([1, 64, 128]), st.integers(1, 256)))
+        seq_len = d(st.one_of(st.sampled_from([1, 16, 200, 4096, 32_768]), st.integers(1, 200_000)))
+        dtype_bytes = d(st.sampled_from([1, 2, 4, 8]))
+        block = d(
+            st.one_of(
+                st.none(),
+                st.sampled_from([1, 16, seq_len, seq_len + 1]),
+                st.integers(1, 2 * seq_len + 2),
+                st.integers(1, 64).filter(lambda b: seq_len % b == 0),
+            )
+        )
+        tokens = seq_len if block is None else -(-seq_len // block) * block
+        per_seq = 2 * layers * kv_heads * head_dim * dtype_bytes * tokens
+        n = d(
+            st.one_of(
+                st.sampled_from([0, 1, 2]), st.integers(0, 10_000), st.integers(2**53 // per_seq, 2**62 // per_seq)
+            )
+        )
+        budget = max(0, n * per_seq + d(st.sampled_from([0, 0, -1, 1, per_seq // 2])))
+        return budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block
+
+    return draw()
+
+
+def _whole_and_equal(mine, ref) -> str | None:
+    if not isinstance(mine, numbers.Integral) or isinstance(mine, bool):
+        return (
+            f"your answer should be a whole number of sequences (an int) like {ref}; got {type(mine).__name__} {mine!r}"
+        )
+    if int(mine) != ref:
+        return f"{ref} sequence(s) fit; yours says {int(mine)}" + _twice(int(mine), ref)
+    return None
+
+
+def _say(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens):
+    per_token = 2 * layers * kv_heads * head_dim * dtype_bytes
+    tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
+    held = "" if block_tokens is None else f" (held as {tokens} tokens in blocks of {block_tokens})"
+    return (
+        f"max_sequences({budget}, layers={layers}, kv_heads={kv_heads}, head_dim={head_dim}, seq_len={seq_len}, "
+        f"dtype_bytes={dtype_bytes}, block_tokens={block_tokens}) - {per_token:,} bytes per token, "
+        f"{per_token * tokens:,} bytes per sequence{held}"
+    )
+
+
+@check(LAB, "the same count as the reference on every shape and budget tried")
+def check_same_as_reference(max_sequences):
+    _same_as_reference(
+        lambda budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens: max_sequences(
+            budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=block_tokens
+        ),
+        _reference_max_sequences,
+        _shapes(),
+        describe=_say,
+        compare=_whole_and_equal,
+        edges=[  # an exact fit first: an answer that counts one by one fails here, before the huge budget
+            (5 * 200 * PER_TOKEN, 4, 2, 32, 200, 2, None),
+            (5 * 200 * PER_TOKEN - 1, 4, 2, 32, 200, 2, None),
+            (0, 4, 2, 32, 200, 2, 16),
+            (80 * GiB, 80, 8, 128, 32_768, 2, 16),  # a 70B model's 32k-token sequence: 10.7 GB, past 2**31
+            (2**62 - 1, 1, 1, 1, 1, 1, None),
+        ],
+        arg_names=("budget_bytes", "layers", "kv_heads", "head_dim", "seq_len", "dtype_bytes", "block_tokens"),
+        examples=300,
     )

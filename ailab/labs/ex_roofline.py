@@ -18,15 +18,22 @@ The checks are derived from what each function must guarantee:
       machines, raw FLOP and byte counts against GFLOP/s and GB/s (the 1e9 cancels), a true division on both sides
       (7 FLOP over 2 bytes is 3.5, not 3; 16 over 5 is 3.2 against a ridge of 13 / 4 = 3.25, which a floor division
       of both makes equal), int arguments, and exactly the two words.
+  Then both against a reference written from this contract, on generated machines and operations: intensities 0,
+  the ridge itself, infinity, ints, numpy scalars, arrays of 0 to 3 dimensions (empty, int, float32), the caller's
+  array left unchanged; for bound, exact ties at the ridge (compute), intensities a hair either side of it, raw
+  counts beyond 2**31 and 2**53. Where the ridge and the intensity differ by less than float rounding (1e-9), either
+  word is accepted: different right formulas round differently there.
 """
 
 from __future__ import annotations
 
 import numbers
+from fractions import Fraction
 
 import numpy as np
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import close, short, same_as_reference
 
 LAB = "ex_roofline"
 CPU = {"peak_gflops": 200.0, "bandwidth_gb_s": 50.0}  # ridge at 4 FLOP/byte
@@ -183,4 +190,182 @@ def check_bound(bound):
         got == "memory",
         "5e9 FLOP over 2e9 bytes is 2.5 FLOP per byte; peak 60 GFLOP/s over 20 GB/s puts the "
         f"ridge at 3: memory-bound; got {got!r} (the 1e9 of GFLOP/s and of GB/s cancel)",
+    )
+
+
+def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
+    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
+    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
+    from hypothesis import errors
+
+    try:
+        same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky:
+        raise LabCheckFailed(
+            "your function gave two different answers for the same input on two calls: it keeps something from one "
+            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
+        ) from None
+
+
+def _reference_attainable(intensity, peak_gflops, bandwidth_gb_s):
+    """The roofline of each intensity: a float for a number, a float array of the same shape for an array."""
+    if isinstance(intensity, np.ndarray):
+        return np.minimum(float(peak_gflops), float(bandwidth_gb_s) * intensity.astype(float))
+    return min(float(peak_gflops), float(bandwidth_gb_s) * float(intensity))
+
+
+def _machines():
+    from hypothesis import strategies as st
+
+    return st.tuples(
+        st.one_of(st.sampled_from([200.0, 989_000.0, 13, 1.0]), st.floats(0.001, 2e6), st.integers(1, 2_000_000)),
+        st.one_of(st.sampled_from([50.0, 3350.0, 4, 1.0]), st.floats(0.001, 1e5), st.integers(1, 100_000)),
+    )
+
+
+def _intensities():
+    """Hypothesis: (intensity, peak, bandwidth): numbers of every kind, arrays of every shape, the ridge itself."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    @st.composite
+    def draw(d):
+        peak, bw = d(_machines())
+        ridge = peak / bw
+        one = st.one_of(
+            st.sampled_from([0.0, 0, 1, ridge, ridge * (1 - 1e-6), ridge * (1 + 1e-6), 2 * ridge, float("inf")]),
+            st.floats(0.0, 1e4),
+            st.integers(0, 10_000),
+        )
+        kind = d(st.sampled_from(["float", "int", "np.float64", "np.int64", "array", "int array", "float32 array"]))
+        if kind == "float":
+            return float(d(one)), peak, bw
+        if kind == "int":
+            return d(st.integers(0, 10_000)), peak, bw
+        if kind == "np.float64":
+            return np.float64(d(one)), peak, bw
+        if kind == "np.int64":
+            return np.int64(d(st.integers(0, 10_000))), peak, bw
+        shape = d(hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5))
+        if kind == "int array":
+            return d(hnp.arrays(np.int64, shape, elements=st.integers(0, 10_000))), peak, bw
+        dtype = np.float32 if kind == "float32 array" else np.float64
+        values = st.one_of(st.floats(0.0, 1e4, width=32), st.sampled_from([0.0, float(np.float32(ridge)), 1.0]))
+        return d(hnp.arrays(dtype, shape, elements=values)), peak, bw
+
+    return draw()
+
+
+def _same_roof(mine, ref) -> str | None:
+    if isinstance(ref, np.ndarray):
+        if not isinstance(mine, np.ndarray):
+            return f"an array of intensities should give a numpy array back; got {type(mine).__name__} {short(mine)}"
+        if mine.shape != ref.shape:
+            return f"an array of shape {ref.shape} should give an array of the same shape; got {mine.shape}"
+        try:
+            mine = mine.astype(float)
+        except (TypeError, ValueError):
+            return f"your array should hold numbers (GFLOP/s); got {short(mine)}"
+    else:
+        if np.ndim(mine) != 0 or not isinstance(np.asarray(mine).item(), numbers.Real):
+            return f"one intensity should give one number back, like {ref!r}; got {type(mine).__name__} {short(mine)}"
+        mine = np.asarray(mine).item()
+    return close(rel=1e-6, abs_=1e-9)(mine, ref)
+
+
+@check(LAB, "attainable_gflops: the same roofline as the reference, numbers and arrays")
+def check_attainable_same_as_reference(attainable_gflops):
+    _same_as_reference(
+        attainable_gflops,
+        _reference_attainable,
+        _intensities(),
+        describe=lambda i, peak, bw: f"attainable_gflops({short(i)}, peak_gflops={peak!r}, bandwidth_gb_s={bw!r})",
+        compare=_same_roof,
+        edges=[
+            (np.array([0.5, 4.0, 16.0]), 200.0, 50.0),
+            (0.0, 200.0, 50.0),
+            (np.zeros((2, 0)), 200.0, 50.0),
+        ],
+        arg_names=("intensity_flop_per_byte", "peak_gflops", "bandwidth_gb_s"),
+        examples=250,
+    )
+
+
+EITHER = "'memory' or 'compute' (the intensity is within float rounding of the ridge)"
+
+
+def _float_exact_tie(flops, nbytes, peak, bw) -> bool:
+    """A tie that every right way of writing the comparison sees as a tie (all the divisions are exact)."""
+    try:
+        return (
+            flops / nbytes == peak / bw and bw * (flops / nbytes) == peak and nbytes / flops == bw / peak
+        ) and flops * bw == peak * nbytes
+    except ZeroDivisionError:
+        return False
+
+
+def _reference_bound(flops, bytes_moved, peak_gflops, bandwidth_gb_s):
+    """Exact rational comparison of intensity and ridge; within float rounding of the ridge, either word."""
+    intensity = Fraction(flops) / Fraction(bytes_moved)
+    ridge = Fraction(peak_gflops) / Fraction(bandwidth_gb_s)
+    if intensity == ridge:
+        return "compute" if _float_exact_tie(flops, bytes_moved, peak_gflops, bandwidth_gb_s) else EITHER
+    if abs(intensity - ridge) <= ridge * Fraction(1, 10**9):
+        return EITHER
+    return "memory" if intensity < ridge else "compute"
+
+
+def _operations():
+    """Hypothesis: (flops, bytes_moved, peak, bandwidth): any op, exact ties at the ridge, a hair either side."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        kind = d(st.sampled_from(["any", "tie", "near"]))
+        if kind == "tie":  # intensity = ridge = m / 2**k exactly, with ints as a learner's counts would be
+            m, k, b, bw = (
+                d(st.integers(1, 4096)),
+                d(st.integers(0, 6)),
+                d(st.integers(1, 10**6)),
+                d(st.integers(1, 10**5)),
+            )
+            return m * b, b * 2**k, m * bw / 2**k, d(st.sampled_from([bw, float(bw)]))
+        peak, bw = d(_machines())
+        if kind == "near":
+            nbytes = d(st.integers(10**6, 10**12))
+            eps = d(st.sampled_from([1e-2, 1e-4, 1e-6, -1e-2, -1e-4, -1e-6]))
+            return max(1, int(peak / bw * nbytes * (1 + eps))), nbytes, peak, bw
+        flops = d(st.one_of(st.integers(1, 2**60), st.integers(1, 1000), st.floats(1.0, 1e18)))
+        nbytes = d(st.one_of(st.integers(1, 2**50), st.integers(1, 1000), st.floats(1.0, 1e15)))
+        return flops, nbytes, peak, bw
+
+    return draw()
+
+
+def _same_side(mine, ref) -> str | None:
+    if mine not in ("memory", "compute"):
+        return f"bound() should return exactly 'memory' or 'compute'; got {short(mine)}"
+    if ref != EITHER and mine != ref:
+        return f"it is {ref}-bound; yours says {mine!r}"
+    return None
+
+
+def _say_op(flops, nbytes, peak, bw) -> str:
+    return (
+        f"bound(flops={flops!r}, bytes_moved={nbytes!r}, peak_gflops={peak!r}, bandwidth_gb_s={bw!r}) - intensity "
+        f"{flops / nbytes:.10g} FLOP/byte against a ridge at {peak / bw:.10g}"
+    )
+
+
+@check(LAB, "bound: the same side of the ridge as the reference, for every machine and operation")
+def check_bound_same_as_reference(bound):
+    _same_as_reference(
+        bound,
+        _reference_bound,
+        _operations(),
+        describe=_say_op,
+        compare=_same_side,
+        edges=[(400, 100, 200.0, 50.0), (399, 100, 200.0, 50.0), (16, 5, 13, 4), (7, 2, 13.0, 4.0)],
+        arg_names=("flops", "bytes_moved", "peak_gflops", "bandwidth_gb_s"),
+        examples=300,
     )

@@ -21,10 +21,16 @@ The checks are derived from what each function must guarantee:
       than queued); `now` is the clock (deadlines near 1e12 or below 0 both work); everything expired gives
       an empty batch; it stops when the batch is full, so what follows (expired or not) stays queued, in
       order, in the deque it was given (mutated in place, not rebound).
+  Against a reference (check_admit_same_as_reference, check_take_batch_same_as_reference): the learner's function
+      and a reference written from this contract replay the same generated runs (bounds moving between calls,
+      a worker serving and emptying the queue; a clock from -5, 0, 1.7e9 or 1e12, deadlines at a later `now`, one
+      float step either side of it, +-inf; ids past 2**31 and 2**63, not in arrival order), and must agree on every
+      call's outcome and on the queue left behind.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from typing import NamedTuple
@@ -32,8 +38,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ailab.batching import QueueFullError
-from ailab.labs.core import check, expect, within_time
-from ailab.labs.differential import short
+from ailab.labs.core import LabCheckFailed, check, expect, within_time
+from ailab.labs.differential import same_as_reference, short
 
 LAB = "lab_admission_control"
 
@@ -367,3 +373,259 @@ def check_overload(admit, take_batch):
         f"2x overload should turn away about half the arrivals; only {res['rejected']} were refused",
     )
     return res
+
+
+# --------------------------------------------------------------------------- against a reference, over generated runs
+
+
+def _reference_admit(queue, request, max_queue):
+    """The contract: full means len(queue) >= max_queue (0 included), refused with QueueFullError, never waiting."""
+    if len(queue) >= max_queue:
+        raise QueueFullError(f"queue full: {max_queue} requests already wait")
+    queue.append(request)
+
+
+def _reference_take_batch(queue, now, max_batch_size):
+    """The contract: pop from the front until max_batch_size live ones; deadline <= now is expired, takes no slot."""
+    batch, expired = [], []
+    while queue and len(batch) < max_batch_size:
+        r = queue.popleft()
+        (batch if r.deadline > now else expired).append(r)
+    return batch, expired
+
+
+def _snapshot(queue, originals: dict) -> list:
+    """The queue as the learner would read it: ids of the very Request objects it was given; anything else named."""
+    out = []
+    for r in queue:
+        if isinstance(r, Request) and originals.get(id(r)) is r:
+            out.append(r.id)
+        else:
+            out.append(f"<{short(r)}, not the Request object given>")
+    return out
+
+
+def _step_error(e: BaseException) -> str:
+    return f"raised {type(e).__name__}: {e}"
+
+
+def _drive_admit(admit, initial: list, steps: list) -> list:
+    """Replay `steps` on a deque that starts with `initial` (requests admitted elsewhere): ("admit", id, max_queue,
+    deadline) calls the learner's admit; ("serve", k) pops k from the front and ("clear",) empties it, as a worker
+    would. Returns [(what was done, what came of it)], one per step: what the contract makes observable."""
+    originals: dict = {}
+
+    def request(rid, deadline=100.0):
+        r = Request(rid, deadline)
+        originals[id(r)] = r
+        return r
+
+    queue = deque(request(rid) for rid in initial)
+    trace = []
+    for step in steps:
+        if step[0] == "serve":
+            for _ in range(min(step[1], len(queue))):
+                queue.popleft()
+            continue
+        if step[0] == "clear":
+            queue.clear()
+            continue
+        _, rid, max_queue, deadline = step
+        before = _snapshot(queue, originals)
+        what = f"admit(Request({rid}, deadline={deadline}), max_queue={max_queue}) into a queue holding {before}"
+        r = request(rid, deadline)
+        try:
+            out = admit(queue, r, max_queue)
+        except (NotImplementedError, LabCheckFailed):
+            raise
+        except QueueFullError:
+            outcome = "refused it with QueueFullError"
+        except Exception as e:  # noqa: BLE001 - the learner's code may raise anything: it is the answer
+            trace.append((what, f"{_step_error(e)} (the queue then held {_snapshot(queue, originals)})"))
+            return trace
+        else:
+            outcome = "accepted it" if out is None or out is True else f"returned {short(out)}"
+        trace.append((what, f"{outcome}, leaving the queue {_snapshot(queue, originals)}"))
+    return trace
+
+
+def _drive_take(take_batch, steps: list) -> list:
+    """Replay `steps`, each (arrivals, now, max_batch_size): the arrivals [(id, deadline)] join the back of one deque,
+    then the learner's take_batch is called on it. Returns [(what was done, what came of it)], one per call."""
+    originals: dict = {}
+    queue: deque = deque()
+    trace = []
+    for arrivals, now, size in steps:
+        for rid, deadline in arrivals:
+            r = Request(rid, deadline)
+            originals[id(r)] = r
+            queue.append(r)
+        before = ", ".join(f"{r.id}@{r.deadline!r}" for r in queue)
+        what = f"take_batch(now={now!r}, max_batch_size={size}) on a queue of id@deadline [{before}]"
+        try:
+            out = take_batch(queue, now, size)
+        except (NotImplementedError, LabCheckFailed):
+            raise
+        except Exception as e:  # noqa: BLE001
+            trace.append((what, _step_error(e)))
+            return trace
+        if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, list) for x in out)):
+            trace.append((what, f"returned {short(out)}, not a tuple of two lists (batch, expired)"))
+            return trace
+        batch, expired = out
+        trace.append(
+            (
+                what,
+                f"gave batch {_snapshot(batch, originals)} and expired {_snapshot(expired, originals)}, "
+                f"leaving the queue {_snapshot(queue, originals)}",
+            )
+        )
+    return trace
+
+
+def _same_trace(mine, ref) -> str | None:
+    """The first step where the learner's run and the reference's part: what was done, and both outcomes."""
+    if not isinstance(mine, list):
+        return f"the run gave {short(mine)}"
+    for i, (m, r) in enumerate(zip(mine, ref)):
+        if m != r:
+            return f"call {i + 1}, {r[0]}: yours {m[1]}; the reference {r[1]}"
+    if len(mine) != len(ref):
+        return f"the runs differ after call {min(len(mine), len(ref))}"
+    return None
+
+
+_BASES = (0, 7, 2**31 - 2, 2**53 + 1, 2**63 + 5)  # ids past what an int32 (or a float) holds exactly
+
+
+def _admit_runs():
+    """Hypothesis: a queue holding some requests, then admits (bounds 0..6, the bound moving between calls, lowered
+    below what waits too) mixed with a worker serving from the front and emptying the queue."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        base = d(st.sampled_from(_BASES))
+        ids = iter(range(base, base + 100))
+        initial = [next(ids) for _ in range(d(st.integers(0, 6)))]
+        bound = d(st.integers(0, 6))
+        steps = []
+        for _ in range(d(st.integers(1, 14))):
+            kind = d(st.sampled_from(["admit", "admit", "admit", "admit", "serve", "clear", "bound"]))
+            if kind == "admit":
+                steps.append(("admit", next(ids), bound, d(st.sampled_from([100.0, 5.0, 50.0, 1.0]))))
+            elif kind == "serve":
+                steps.append(("serve", d(st.integers(1, 3))))
+            elif kind == "clear":
+                steps.append(("clear",))
+            else:
+                bound = d(st.integers(0, 6))
+        return initial, steps
+
+    return draw()
+
+
+def _take_runs():
+    """Hypothesis: a clock that moves forward from 0, -5, 1.7e9 or 1e12 in whole and fractional steps (or stands
+    still); before each call 0..4 requests join the back, with deadlines AT a later call's `now` (the boundary), one
+    float step either side of it, a fraction off, or +-inf; max_batch_size 0..4 or more than queued."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        base = d(st.sampled_from(_BASES))
+        order = d(st.permutations(range(40)))  # ids not in arrival order: FIFO is by arrival, not by id
+        ids = iter(base + k for k in order)
+        now = d(st.sampled_from([0.0, 3.0, -5.0, 1.7e9, 1e12]))
+        n = d(st.integers(1, 6))
+        nows = []
+        for _ in range(n):
+            nows.append(now)
+            now = now + d(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.0, 2.5, 0.001]))
+        whole = d(st.booleans())  # a clock of whole ticks may be an int
+        nows = [int(t) if whole and t == int(t) and abs(t) < 2**53 else t for t in nows]
+        steps = []
+        for i in range(n):
+            arrivals = []
+            for _ in range(d(st.integers(0, 4))):
+                at = float(nows[d(st.integers(i, n - 1))])
+                how = d(st.sampled_from(["at", "at", "after", "before", "plus", "minus", "inf", "-inf"]))
+                deadline = {
+                    "at": at,
+                    "after": math.nextafter(at, math.inf),
+                    "before": math.nextafter(at, -math.inf),
+                    "plus": at + 0.3,
+                    "minus": at - 0.3,
+                    "inf": math.inf,
+                    "-inf": -math.inf,
+                }[how]
+                arrivals.append((next(ids), deadline))
+            size = d(st.one_of(st.integers(0, 4), st.just(50)))
+            steps.append((arrivals, nows[i], size))
+        return (steps,)
+
+    return draw()
+
+
+def _describe_admit_run(initial, steps) -> str:
+    said = []
+    for s in steps:
+        if s[0] == "admit":
+            said.append(f"admit Request({s[1]}, deadline={s[3]}) with max_queue={s[2]}")
+        elif s[0] == "serve":
+            said.append(f"serve {s[1]} from the front")
+        else:
+            said.append("empty the queue")
+    return f"a queue holding {initial}, then: " + "; ".join(said)
+
+
+@check(LAB, "admit agrees with the rule on every run tried (bound, order, the same object, typed refusal)")
+def check_admit_same_as_reference(admit):
+    """The learner's admit and the reference replay the same generated runs; every call's outcome and queue agree."""
+    edges = [
+        ([], [("admit", 0, 0, 100.0), ("admit", 1, 1, 100.0), ("admit", 2, 1, 100.0)]),
+        ([10, 11, 12, 13, 14], [("admit", 0, 3, 9.0), ("serve", 3), ("admit", 1, 3, 5.0), ("admit", 2, 3, 1.0)]),
+        (
+            [],
+            [
+                ("admit", 2**31 + 1, 2, 5.0),
+                ("admit", 2**63, 2, 5.0),
+                ("admit", 5, 2, 1.0),
+                ("clear",),
+                ("admit", 6, 2, 1.0),
+            ],
+        ),
+    ]
+    same_as_reference(
+        lambda initial, steps: _drive_admit(admit, initial, steps),
+        lambda initial, steps: _drive_admit(_reference_admit, initial, steps),
+        _admit_runs(),
+        describe=_describe_admit_run,
+        compare=_same_trace,
+        edges=edges,
+        arg_names=("initial", "steps"),
+        examples=150,
+    )
+
+
+@check(LAB, "take_batch agrees with the rule on every run tried (deadline <= now, FIFO, max_batch_size)")
+def check_take_batch_same_as_reference(take_batch):
+    """The learner's take_batch and the reference replay the same arrivals and clock; every call agrees."""
+    edges = [
+        ([([(0, 3.0), (1, math.nextafter(3.0, math.inf)), (2, 3.5)], 3.0, 1), ([], 3.5, 5)],),
+        ([([(2**31 + 1, 0.5), (2**63, 2.0), (7, 1.0)], 0.75, 1), ([], 1.0, 0), ([], 1.0, 2)],),
+        ([([(5, 1e12 + 0.5), (4, 1e12)], 1e12, 2)],),
+    ]
+    same_as_reference(
+        lambda steps: _drive_take(take_batch, steps),
+        lambda steps: _drive_take(_reference_take_batch, steps),
+        _take_runs(),
+        describe=lambda steps: (
+            "arrivals then take_batch calls "
+            + "; ".join(f"+{[a[0] for a in arr]} then now={now!r}, max_batch_size={size}" for arr, now, size in steps)
+        ),
+        compare=_same_trace,
+        edges=edges,
+        arg_names=("steps",),
+        examples=150,
+    )

@@ -7,6 +7,10 @@ moves the answer the wrong way and the message names that argument or term), at 
 beyond the ones the notes use (float64, int32, bool, ...; a hidden size whose intermediate is not 4x;
 grouped- and multi-query attention), and at the edges (no parameters, one token, an empty batch, an
 empty cache).
+
+Then each estimator against a reference written from the formula, on generated arguments: counts beyond 2**31 (a
+7B model, a long cache in fp32), 0 and 1 for every count, every dtype torch can store (the float8 types, complex,
+unsigned, bool), hidden and intermediate sizes in any ratio, configs that share a name but not a shape.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import numbers
 import torch
 
 from ailab import memory
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import same_as_reference, short
 
 LAB = "lab_estimate_memory"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8)
@@ -282,3 +287,146 @@ def activation_error_table(
             }
         )
     return rows
+
+
+# --------------------------------------------------------------------------- the differential checks (issue 42)
+
+
+def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
+    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
+    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
+    from hypothesis import errors
+
+    try:
+        same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky:
+        raise LabCheckFailed(
+            "your function gave two different answers for the same input on two calls: it keeps something from one "
+            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
+        ) from None
+
+
+_ALL_DTYPES = (
+    DTYPES
+    + OTHER_DTYPES
+    + tuple(
+        getattr(torch, name)
+        for name in ("complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+        if hasattr(torch, name)
+    )
+)
+
+
+def _reference_param_bytes(n_params, dtype) -> int:
+    return n_params * _size(dtype)
+
+
+def _reference_activation_bytes(batch, seq_len, hidden, intermediate, dtype) -> int:
+    return _activation_truth(batch, seq_len, hidden, intermediate, dtype)
+
+
+def _reference_kv_cache_bytes(config, seq_len, batch, dtype) -> int:
+    return 2 * config.layers * config.kv_heads * config.head_dim * seq_len * batch * _size(dtype)
+
+
+def _whole_bytes(mine, ref) -> str | None:
+    if not isinstance(mine, numbers.Real) or isinstance(mine, bool):
+        return f"your answer should be a number of bytes like {ref:,}; got {type(mine).__name__} {short(mine)}"
+    if not float(mine).is_integer():
+        return f"your answer {mine!r} is not a whole number of bytes (not MiB or GiB); the reference's is {ref:,}"
+    if int(mine) != ref:
+        return f"yours is {int(mine):,} bytes where the reference's is {ref:,}" + _unit_hint(int(mine), ref)
+    return None
+
+
+def _counts(limit: int):
+    from hypothesis import strategies as st
+
+    return st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 1000), st.integers(0, limit))
+
+
+@check(LAB, "param_bytes: the same bytes as the formula for every count and dtype")
+def check_param_bytes_same_as_reference(param_bytes) -> None:
+    from hypothesis import strategies as st
+
+    _same_as_reference(
+        param_bytes,
+        _reference_param_bytes,
+        st.tuples(
+            st.one_of(_counts(2**40), st.sampled_from([2**31 - 1, 2**31, 2**32 + 1, 6_738_415_616, 70 * 10**9])),
+            st.sampled_from(_ALL_DTYPES),
+        ),
+        describe=lambda n, dtype: f"param_bytes({n:,}, {dtype})",
+        compare=_whole_bytes,
+        edges=[(6_738_415_616, torch.float32), (0, torch.bfloat16)],
+        arg_names=("n_params", "dtype"),
+        examples=200,
+    )
+
+
+@check(LAB, "activation_bytes: the same bytes as the formula at every shape and dtype")
+def check_activation_same_as_reference(activation_bytes) -> None:
+    from hypothesis import strategies as st
+
+    _same_as_reference(
+        activation_bytes,
+        _reference_activation_bytes,
+        st.tuples(
+            _counts(64),
+            _counts(8192),
+            _counts(8192).map(lambda h: max(h, 1)),  # a model has a hidden size and an intermediate size
+            _counts(32_768).map(lambda i: max(i, 1)),
+            st.sampled_from(_ALL_DTYPES),
+        ),
+        describe=lambda b, t, h, i, d: (
+            f"activation_bytes(batch={b}, seq_len={t}, hidden={h}, intermediate={i}, dtype={d})"
+        ),
+        compare=_whole_bytes,
+        edges=[(64, 8192, 8192, 32_768, torch.float32), (3, 0, 64, 256, torch.float16)],
+        arg_names=("batch", "seq_len", "hidden", "intermediate", "dtype"),
+        examples=200,
+    )
+
+
+def _decoders():
+    """Hypothesis: (config, seq_len, batch, dtype); a few names shared by configs of different shapes."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        kv_heads = d(st.one_of(st.sampled_from([1, 8]), st.integers(1, 64)))
+        cfg = memory.DecoderConfig(
+            d(st.sampled_from(["tiny", "Llama-2-7B", "my-decoder"])),
+            0.0,
+            layers=d(st.one_of(st.sampled_from([1, 32, 80]), st.integers(1, 128))),
+            heads=kv_heads * d(st.sampled_from([1, 1, 2, 4, 8])),
+            kv_heads=kv_heads,
+            head_dim=d(st.one_of(st.sampled_from([1, 64, 128]), st.integers(1, 256))),
+            max_context=d(st.sampled_from([2048, 4096, 32_768])),
+            source="generated",
+        )
+        return cfg, d(_counts(131_072)), d(_counts(64)), d(st.sampled_from(_ALL_DTYPES))
+
+    return draw()
+
+
+def _say_kv(cfg, seq, batch, dtype) -> str:
+    return (
+        f"kv_cache_bytes(config(layers={cfg.layers}, heads={cfg.heads}, kv_heads={cfg.kv_heads}, "
+        f"head_dim={cfg.head_dim}, name={cfg.name!r}), seq_len={seq}, batch={batch}, dtype={dtype})"
+    )
+
+
+@check(LAB, "kv_cache_bytes: the same bytes as the formula for every config")
+def check_kv_same_as_reference(kv_cache_bytes) -> None:
+    llama = memory.PUBLISHED_CONFIGS["Llama-2-7B"]
+    _same_as_reference(
+        kv_cache_bytes,
+        _reference_kv_cache_bytes,
+        _decoders(),
+        describe=_say_kv,
+        compare=_whole_bytes,
+        edges=[(llama, 4096, 16, torch.float32), (_decoder(), 0, 5, torch.float16)],
+        arg_names=("config", "seq_len", "batch", "dtype"),
+        examples=200,
+    )

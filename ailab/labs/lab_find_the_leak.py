@@ -13,6 +13,12 @@ error rather than "clean".
 
 All series are synthetic and seeded (fast, deterministic); the notebook adds a measured planted
 leak and the measured fixed loop.
+
+Then both functions against the reference fit on generated soaks: 2 to 120 readings as lists of floats or ints,
+tuples, float and int64 arrays; readings beyond 2**31 bytes; warmup_frac 0, fractions whose cut is a whole number
+and ones that round down; rising, falling and flat memory with noise and spikes; slopes a hair either side of
+4 KiB per iteration (within float rounding of it either answer is accepted); the caller's readings unchanged; no
+readings an error.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import numbers
 
 import numpy as np
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import close, same_as_reference, short
 
 LAB = "lab_find_the_leak"
 KiB = 1024
@@ -246,4 +253,142 @@ def check_no_readings(is_leaking) -> None:
         False,
         f"is_leaking([]) returned {got!r}: with no readings nothing was measured, so 'not leaking' (or "
         "'leaking') is a guess. Let the error reach the caller instead of catching it.",
+    )
+
+
+# --------------------------------------------------------------------------- the differential checks (issue 42)
+
+
+def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
+    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
+    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
+    from hypothesis import errors
+
+    try:
+        same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky:
+        raise LabCheckFailed(
+            "your function gave two different answers for the same input on two calls: it keeps something from one "
+            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
+        ) from None
+
+
+def _reference_leak_slope(samples, warmup_frac=0.2) -> float:
+    if len(samples) == 0:
+        raise Exception("no readings, no slope")  # any error will do: the contract asks for one, not which
+    return _fit(samples, warmup_frac)
+
+
+def _soaks(min_len: int = 2, slopes=None):
+    """Hypothesis: a soak's readings, in the types a soak gives (list, tuple, float or int64 array)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        n = d(st.one_of(st.integers(min_len, 12), st.integers(min_len, 100)))
+        base = d(st.sampled_from([0.0, 300e6, 3.5e9, 2.0**40]))
+        slope = d(
+            slopes
+            if slopes is not None
+            else st.one_of(st.sampled_from([0.0, 8 * KiB, -16 * KiB]), st.floats(-(2.0**20), 2.0**20))
+        )
+        noise = d(st.sampled_from([0.0, 1.0, 2 * KiB, 20 * KiB]))
+        rng = np.random.default_rng(d(st.integers(0, 2**16)))
+        y = base + slope * np.arange(n) + rng.normal(0.0, noise, n) if noise else base + slope * np.arange(n)
+        if d(st.booleans()):  # a GC dip or a spike somewhere
+            y[d(st.integers(0, n - 1))] += d(st.sampled_from([-(2.0**20), 2.0**20]))
+        kind = d(st.sampled_from(["list", "int list", "tuple", "array", "int64 array"]))
+        if kind in ("int list", "int64 array"):
+            y = np.rint(y).astype(np.int64)
+        return {"list": y.tolist(), "int list": y.tolist(), "tuple": tuple(y.tolist())}.get(kind, y)
+
+    return draw()
+
+
+def _warmups(n: int):
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        st.sampled_from([0.0, 0.2, 0.5, 0.1, 0.3, 0.7]),
+        st.integers(0, n - 2).map(lambda k: k / n),  # a cut that is a whole number of readings (as a float)
+        st.floats(0.0, 0.9),
+    ).filter(lambda f: n - int(n * f) >= 2)
+
+
+def _slope_inputs():
+    from hypothesis import strategies as st
+
+    return _soaks().flatmap(lambda s: st.tuples(st.just(s), _warmups(len(s))))
+
+
+def _say_soak(samples) -> str:
+    kind = type(samples).__name__ + (f" of {samples.dtype}" if isinstance(samples, np.ndarray) else "")
+    return f"{len(samples)} readings ({kind}) {short(samples)}"
+
+
+def _same_slope(mine, ref) -> str | None:
+    if not isinstance(mine, (numbers.Real, np.floating, np.integer)) or isinstance(mine, (bool, np.bool_)):
+        return f"leak_slope should return one number (bytes per iteration) like {ref:.6g}; got {short(mine)}"
+    return close(rel=1e-7, abs_=1e-3)(float(mine), ref)
+
+
+@check(LAB, "leak_slope: the same slope as the least-squares fit on every soak tried")
+def check_slope_same_as_reference(leak_slope) -> None:
+    _same_as_reference(
+        lambda samples, warmup_frac: leak_slope(samples, warmup_frac=warmup_frac),
+        _reference_leak_slope,
+        _slope_inputs(),
+        describe=lambda samples, frac: f"leak_slope({_say_soak(samples)}, warmup_frac={frac!r})",
+        compare=_same_slope,
+        edges=[([], 0.2), ([300e6, 300e6 + 8 * KiB], 0.0), (np.arange(10, dtype=np.int64) * 8 * KiB + 2**32, 0.5)],
+        arg_names=("samples", "warmup_frac"),
+        examples=150,
+    )
+
+
+EITHER = "True or False (the slope is within float rounding of the threshold)"
+
+
+def _reference_is_leaking(samples):
+    slope = _reference_leak_slope(samples)
+    if abs(slope - THRESHOLD) <= 1e-6 * THRESHOLD:
+        return EITHER
+    return slope > THRESHOLD
+
+
+def _same_flag(mine, ref) -> str | None:
+    if isinstance(mine, np.bool_):
+        return f"is_leaking returned {mine!r}, a numpy bool, not True or False: convert it with bool(...)"
+    if mine is not True and mine is not False:
+        return f"is_leaking should return True or False; got {type(mine).__name__} {short(mine)}"
+    if ref is not EITHER and mine is not ref:
+        return f"the fitted slope after the warm-up says {ref}; yours says {mine}"
+    return None
+
+
+def _say_flag(samples) -> str:
+    if len(samples) == 0:
+        return "is_leaking([]) - no readings at all"
+    return (
+        f"is_leaking({_say_soak(samples)}) - a fitted slope of {_fit(samples):.6g} bytes/iteration against {THRESHOLD}"
+    )
+
+
+@check(LAB, "is_leaking: the same verdict as the fitted slope on every soak tried")
+def check_is_leaking_same_as_reference(is_leaking) -> None:
+    from hypothesis import strategies as st
+
+    near = st.one_of(
+        st.sampled_from([THRESHOLD * (1 + 1e-3), THRESHOLD * (1 - 1e-3), 4000.0, 4200.0, 0.0, -float(THRESHOLD)]),
+        st.floats(-2.0 * THRESHOLD, 4.0 * THRESHOLD),
+    )
+    _same_as_reference(
+        is_leaking,
+        _reference_is_leaking,
+        _soaks(slopes=near).map(lambda s: (s,)),
+        describe=_say_flag,
+        compare=_same_flag,
+        edges=[([],), ([300e6 + 4200.0 * i for i in range(10)],), ([300e6 + 4000.0 * i for i in range(10)],)],
+        arg_names=("samples",),
+        examples=200,
     )

@@ -41,6 +41,12 @@ Greedy tokens come out the same whatever the policy, so the policy is judged ste
   preemption: the requests sent back are the newest running ones, at the FRONT of the queue (oldest of them
       first, ahead of those already waiting), and no more than needed (the oldest of them could not have kept
       running with the blocks the plan left free).
+The trace check (check_same_as_reference) runs the learner's planning step and the engine's own
+(ailab.generation.schedule, the reference: the contract above, word for word) side by side over many generated
+arrival traces (Hypothesis: prompt lengths, max_new_tokens, arrival steps, ids; pools of blocks of 1 to 8 tokens,
+seats None or 1 to 6; bursts that preempt several requests in one step), each in an engine without the model (the
+plan never depends on a token's value): the plans, and the queues and blocks each leaves, must be the same at every
+step. A difference names the first step where they differ, the smallest trace found, and both plans.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from ailab.generation.plan import SchedulerOutput
 from ailab.generation.request import Request
 from ailab.generation.scheduler import Scheduler
 from ailab.labs.core import LabCheckFailed, check, expect, tiny_decoder, torch_threads
+from ailab.labs.differential import same_as_reference, short
 
 LAB = "lab_scheduler_step"
 
@@ -633,3 +640,217 @@ def engine(schedule, num_blocks: int, block_size: int, max_running: int | None) 
     m = model()
     cache = PagedKVCache(m.n_layer, m.n_head, m.head_dim, WatchedBlocks(num_blocks, block_size))
     return Scheduler(m, cache, max_running, planner=schedule)
+
+
+# --------------------------------------------------------------------------- trace checks: the reference's plans
+
+
+def _rid(x):
+    """A request's id, or what the plan holds instead of a request (said, not raised)."""
+    return x.id if isinstance(x, Request) else f"<{type(x).__name__}>"
+
+
+def _state(waiting, running, blocks) -> tuple:
+    """What the engine can see between plans: the queues (ids, in order), the free blocks, and each table's
+    blocks and tokens (which block ids a request holds is the allocator's business, not the plan's)."""
+    held = sorted(
+        ((k, len(t), blocks.lengths.get(k)) for k, t in blocks.tables.items()), key=lambda h: (repr(type(h[0])), h[0])
+    )
+    return (
+        tuple(_rid(r) for r in waiting),
+        tuple(_rid(r) for r in running),
+        len(blocks.free_blocks),
+        tuple(held),
+    )
+
+
+def _plan_record(plan) -> dict:
+    if not isinstance(plan, SchedulerOutput):
+        return {"bad": f"returned {short(plan)}, not a SchedulerOutput"}
+    try:
+        prefill = tuple(
+            (_rid(e[0]), e[1] if type(e[1]) is int else short(e[1]))
+            if isinstance(e, (tuple, list)) and len(e) == 2
+            else (short(e), "?")
+            for e in plan.prefill
+        )
+        decode, preempted = tuple(_rid(r) for r in plan.decode), tuple(_rid(r) for r in plan.preempted)
+    except TypeError as e:
+        return {"bad": f"returned a SchedulerOutput whose lists cannot be read ({e})"}
+    return {"prefill": prefill, "decode": decode, "preempted": preempted}
+
+
+def _apply(plan: SchedulerOutput, running: list, blocks: BlockAllocator) -> None:
+    """The engine's apply phase without the model (Scheduler.update_from_output): one token for each request
+    that runs, the finished retired and their blocks freed. The tokens' values never change a plan."""
+    done = []
+    for req in [r for r, _ in plan.prefill] + list(plan.decode):
+        req.output.append(0)
+        if req.done:
+            done.append(req)
+    for req in done:
+        if req.id in blocks.tables:
+            blocks.free(req.id)
+        running.remove(req)
+
+
+def _trace_requests(trace) -> dict:
+    arrivals: dict = {}
+    for rid, prompt, new, at in trace[3]:
+        arrivals.setdefault(at, []).append(Request(rid, [0] * prompt, new))
+    return arrivals
+
+
+def _plans(schedule, trace, max_steps: int = 2000) -> list:
+    """Run `schedule` over `trace` (num_blocks, block_size, max_running, requests) as the engine does, arrivals
+    submitted before each step's plan, and record each step: the state before it, the plan, the state after."""
+    num_blocks, block_size, max_running, _ = trace
+    blocks = BlockAllocator(num_blocks, block_size)
+    waiting: deque = deque()
+    running: list = []
+    arrivals, steps = _trace_requests(trace), []
+    while waiting or running or arrivals:
+        waiting.extend(arrivals.pop(len(steps), []))
+        before = _state(waiting, running, blocks)
+        try:
+            plan = schedule(waiting, running, blocks, max_running, "continuous")
+        except (NotImplementedError, LabCheckFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - the learner's code may raise anything: recorded, then compared
+            steps.append({"before": before, "bad": f"raised {type(e).__name__}: {e}"})
+            return steps
+        entry = {"before": before, **_plan_record(plan)}
+        steps.append(entry)
+        if "bad" in entry:
+            return steps
+        entry["after"] = _state(waiting, running, blocks)
+        try:
+            _apply(plan, running, blocks)
+        except Exception as e:  # noqa: BLE001 - a plan the engine cannot apply
+            steps.append({"before": None, "bad": f"the engine could not apply that plan ({type(e).__name__}: {e})"})
+            return steps
+        if len(steps) >= max_steps:
+            steps.append({"before": None, "bad": f"not done after {max_steps} steps"})
+            return steps
+    return steps
+
+
+def _say_state(state) -> str:
+    waiting, running, free, held = state
+    tables = ", ".join(f"{k}: {n} token{'s' * (n != 1)} in {b} block{'s' * (b != 1)}" for k, b, n in held)
+    return f"waiting {list(waiting)}, running {list(running)}, {free} block{'s' * (free != 1)} free" + (
+        f" (held: {tables})" if tables else ""
+    )
+
+
+def _say_step(entry) -> str:
+    if "bad" in entry:
+        return entry["bad"]
+    prefill = ", ".join(f"{rid} with {n} token{'s' * (n != 1)}" for rid, n in entry["prefill"])
+    return (
+        f"decode {list(entry['decode'])}, prefill [{prefill}], preempted {list(entry['preempted'])}; "
+        f"after the plan: {_say_state(entry['after'])}"
+    )
+
+
+_FIELDS = ("decode", "prefill", "preempted", "after")
+
+
+def _same_plans(mine, ref) -> str | None:
+    """The first step where the plans (or the queues and blocks they leave) differ, with both plans."""
+    for k, (m, r) in enumerate(zip(mine, ref)):
+        if all(m.get(f) == r.get(f) for f in (*_FIELDS, "bad")):
+            continue
+        differ = [f for f in _FIELDS if "bad" not in m and m[f] != r[f]]
+        before = m["before"] if m["before"] is not None else r["before"]
+        return (
+            f"step {k + 1} is the first where the plans differ"
+            + (f" (in {' and '.join('the state after it' if f == 'after' else f for f in differ)})" if differ else "")
+            + (f". Before it: {_say_state(before)}" if before is not None else "")
+            + f". The reference plans: {_say_step(r)}. Yours: {_say_step(m)}"
+        )
+    if len(mine) > len(ref):
+        return (
+            f"the same plans for {len(ref)} steps, after which the reference's engine is done (every request has "
+            f"its max_new_tokens); yours still has {_say_state(mine[len(ref)]['before'])}. Did your plan change a "
+            "request (its prompt or output)? The engine owns those"
+        )
+    if len(mine) < len(ref):
+        return (
+            f"the same plans for {len(mine)} steps, after which your engine has nothing left to run, and the "
+            f"reference's still has {_say_state(ref[len(mine)]['before'])}"
+        )
+    return None
+
+
+def _describe_trace(trace) -> str:
+    num_blocks, block_size, max_running, reqs = trace
+    each = "; ".join(f"request {rid} (prompt {p}, max_new_tokens {m}) at step {at}" for rid, p, m, at in reqs)
+    return (
+        f"a trace of {len(reqs)} request(s) over {num_blocks} block(s) of {block_size} token(s), "
+        f"max_running={max_running}: {each}"
+    )
+
+
+def _traces():
+    """Hypothesis: arrival traces the engine accepts: every request fits the whole pool (blocks_for(prompt +
+    max_new_tokens) <= num_blocks, as Scheduler.submit demands), prompts of 1 token to the pool's size, blocks of
+    1 to 8 tokens, seats None or 1 to 6, arrivals at step 0 and later, ids in order, reversed, shuffled or beyond
+    2**31; and bursts: same-sized prompts that fill a tight pool at once, so that several requests are short of a
+    block in the same step and several are preempted in it."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        block_size = d(st.sampled_from([1, 2, 3, 4, 8]))
+        max_running = d(st.one_of(st.none(), st.integers(1, 6)))
+        specs = []
+        if d(st.booleans()):  # a burst: k prompts of j whole blocks each, arriving together into a tight pool
+            k, j = d(st.integers(2, 6)), d(st.integers(1, 2))
+            num_blocks = k * j + d(st.integers(0, 1))
+            cap = num_blocks * block_size
+            for _ in range(k):
+                prompt = block_size * j - d(st.integers(0, min(1, block_size * j - 1)))
+                specs.append((prompt, d(st.integers(1, min(10, cap - prompt))), 0))
+        else:
+            num_blocks = d(st.integers(2 if block_size == 1 else 1, 16))
+        cap = min(num_blocks * block_size, 48)
+        for _ in range(d(st.integers(0 if specs else 1, 7))):
+            prompt = d(st.integers(1, cap - 1))
+            specs.append((prompt, d(st.integers(1, min(12, cap - prompt))), d(st.integers(0, 12))))
+        n = len(specs)
+        order = d(st.sampled_from(["in order", "reversed", "shuffled", "beyond 2**31"]))
+        if order == "shuffled":
+            ids = d(st.permutations(range(n)))
+        elif order == "in order":
+            ids = list(range(n))
+        else:
+            ids = [(2**31 + 7 * (n - i) if order == "beyond 2**31" else n - 1 - i) for i in range(n)]
+        return (num_blocks, block_size, max_running, tuple((ids[i], *specs[i]) for i in range(n)))
+
+    return draw().map(lambda trace: (trace,))
+
+
+# The contract's corners, tried first (and shown as they are): three requests preempted in one step; a head of the
+# queue that fits with no token to spare; no seat limit, with more running than waiting; ids beyond 2**31 that
+# run against arrival order, with preemption.
+_EDGES = [
+    (6, 2, None, tuple((i, 2, 4, 0) for i in range(6))),
+    (3, 4, 2, ((0, 8, 3, 0), (1, 4, 2, 0), (2, 3, 2, 1))),
+    (32, 4, None, ((0, 5, 6, 0), (1, 3, 6, 0), (2, 4, 6, 0), (3, 4, 3, 1), (4, 2, 2, 3))),
+    (5, 2, 3, ((2**40, 2, 7, 0), (2**31 + 5, 2, 6, 0), (3, 3, 5, 0), (2**32, 1, 2, 2))),
+]
+
+
+@check(LAB, "the same plans as the reference, step by step, on every arrival trace tried")
+def check_same_as_reference(schedule):
+    from ailab.generation import schedule as reference
+
+    from hypothesis import strategies as st
+
+    mine, ref = (lambda trace: _plans(schedule, trace)), (lambda trace: _plans(reference, trace))
+    say = {"describe": _describe_trace, "compare": _same_plans, "arg_names": ("trace",)}
+    same_as_reference(mine, ref, _traces(), examples=300, **say)  # first: a difference shows on the smallest trace
+    same_as_reference(
+        mine, ref, st.just(_EDGES[0]).map(lambda t: (t,)), edges=[(t,) for t in _EDGES], examples=1, **say
+    )
