@@ -17,6 +17,7 @@ started at the wrong sample); each is rejected with the message that names it.
 """
 
 import math
+import re
 
 import pytest
 
@@ -187,6 +188,7 @@ CHECKS = [
     L.check_reset_and_nan,
     L.check_uneven_spacing,
     L.check_random_series,
+    L.check_same_as_reference,
 ]
 
 
@@ -303,3 +305,127 @@ def non_finite_is_no_data(series, threshold, for_s):
 def test_infinity_is_data():
     with pytest.raises(LabCheckFailed, match=r"a latency of \+inf.*should be 'pending', got 'inactive'.*\+inf is data"):
         L.check_reset_and_nan(non_finite_is_no_data)
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def _walk(series, threshold, for_s, holds=lambda v, t: v > t, elapsed=lambda ts, since: ts - since):
+    states, since = [], None
+    for ts, value in series:
+        if holds(value, threshold):
+            since = ts if since is None else since
+            states.append("firing" if elapsed(ts, since) >= for_s else "pending")
+        else:
+            since = None
+            states.append("inactive")
+    return states
+
+
+def whole_second_clock(series, threshold, for_s):
+    """Units: reads the clock in whole seconds (int(ts)), as a log line's timestamp shows it."""
+    return _walk(series, threshold, for_s, elapsed=lambda ts, since: int(ts) - int(since))
+
+
+def value_rounded(series, threshold, for_s):
+    """Rounding: compares the value rounded to 2 decimals, as the dashboard shows it, with the threshold."""
+    return _walk(series, threshold, for_s, holds=lambda v, t: round(v, 2) > t)
+
+
+def start_at_zero_is_none(series, threshold, for_s):
+    """Boundaries: `since = since or ts`, so a run that started at t=0 restarts its clock at every sample."""
+    states, since = [], None
+    for ts, value in series:
+        if value > threshold:
+            since = since or ts
+            states.append("firing" if ts - since >= for_s else "pending")
+        else:
+            since = None
+            states.append("inactive")
+    return states
+
+
+def for_s_zero_means_default(series, threshold, for_s):
+    """Boundaries: `for_s = for_s or 300`, as if 0 meant 'not given': a rule without `for:` never fires at once."""
+    return _walk(series, threshold, for_s or 300.0)
+
+
+def cleans_nan_in_place(series, threshold, for_s):
+    """State: replaces NaN by -inf in the caller's list first (right states, but the caller's data changed)."""
+    for i, (ts, value) in enumerate(series):
+        if math.isnan(value):
+            series[i] = (ts, -math.inf)
+    return _walk(series, threshold, for_s)
+
+
+def remembers_between_calls(series, threshold, for_s, _since={}):
+    """State: a streaming evaluator whose start time, kept per threshold, outlives the call."""
+    states = []
+    for ts, value in series:
+        if value > threshold:
+            _since.setdefault(threshold, ts)
+            states.append("firing" if ts - _since[threshold] >= for_s else "pending")
+        else:
+            _since.pop(threshold, None)
+            states.append("inactive")
+    return states
+
+
+def value_then_timestamp(series, threshold, for_s):
+    """Order: unpacks each sample as (value, timestamp)."""
+    return _walk([(v, ts) for ts, v in series], threshold, for_s)
+
+
+def newest_first(series, threshold, for_s):
+    """Order: walks the samples newest first (as a query API lists them), then puts the states back in order."""
+    back = _walk([(-ts, v) for ts, v in reversed(series)], threshold, for_s)
+    return back[::-1]
+
+
+NEW_WRONG = [
+    whole_second_clock,
+    value_rounded,
+    start_at_zero_is_none,
+    for_s_zero_means_default,
+    cleans_nan_in_place,
+    remembers_between_calls,
+    value_then_timestamp,
+    newest_first,
+]
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        count_samples,
+        no_reset,
+        at_threshold_holds,
+        strictly_longer,
+        nan_holds,
+        nan_skipped,
+        latched,
+        fixed_threshold,
+        clock_from_series_start,
+        clock_from_previous_sample,
+        capitalised,
+        drops_empty,
+        zero_for_never_pending_bug,
+        non_finite_is_no_data,
+        *NEW_WRONG,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match="should be|should return|changed its input|your code raised"):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_names_the_sample_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(at_threshold_holds)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert re.search(r"sample \d+ should be 'inactive', yours is 'firing'", str(e.value))
+
+
+def test_the_differential_check_names_a_changed_series():
+    with pytest.raises(LabCheckFailed, match=r"changed its input `series`"):
+        L.check_same_as_reference(cleans_nan_in_place)

@@ -296,3 +296,196 @@ def test_finite_diff_check_also_fails_on_fp16_extremes():
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def agreement_integer_division(reference, candidate):
+    """Units and rounding: the agreeing rows counted, then divided with //: 0 unless every row agrees."""
+    a, b = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
+    out = compare_outputs(reference, candidate)
+    out["argmax_agreement"] = float(int((a.argmax(1) == b.argmax(1)).sum()) // len(a))
+    return out
+
+
+def rounded_to_six_digits(reference, candidate):
+    """Units and rounding: every figure rounded to 6 decimals ("a report shows 6 digits"), so 1e-7 reads as 0."""
+    return {k: round(v, 6) for k, v in compare_outputs(reference, candidate).items()}
+
+
+def refuses_fp16_max(reference, candidate):
+    """Boundaries: takes fp16's largest finite value (65504) for an overflow: >= where only inf is out."""
+    for name, x in (("reference", reference), ("candidate", candidate)):
+        if (np.abs(np.asarray(x, np.float64)) >= 65504).any():
+            raise ValueError(f"the {name} overflows fp16")
+    return compare_outputs(reference, candidate)
+
+
+def squeezes_first(reference, candidate):
+    """Boundaries: np.squeeze "to drop the batch axis": with one class (C = 1) each row's cosine becomes one
+    cosine of the whole column."""
+    a, b = np.squeeze(np.asarray(reference, np.float64)), np.squeeze(np.asarray(candidate, np.float64))
+    _validate(a, b)
+    cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    d = np.abs(a - b)
+    agree = np.mean(np.atleast_1d(a.argmax(-1) == b.argmax(-1))) if a.ndim > 1 or len(a) == 1 else 1.0
+    return {
+        "max_abs": float(d.max()),
+        "mean_abs": float(d.mean()),
+        "min_row_cosine": float(np.min(cos)),
+        "argmax_agreement": float(agree),
+    }
+
+
+def normalises_the_callers_rows(reference, candidate):
+    """State: np.asarray(x, float64) is the caller's own array when it is float64 already; /= then rescales it."""
+    out = compare_outputs(reference, candidate)
+    a = np.asarray(reference, np.float64)
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    return out
+
+
+def subtracts_into_the_reference(reference, candidate):
+    """State: np.subtract(a, b, out=a) "to save memory", where a is the caller's float64 reference."""
+    a, b = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
+    _validate(a, b)
+    cos = _row_cos(a, b).min()
+    agree = (a.argmax(1) == b.argmax(1)).mean()
+    d = np.abs(np.subtract(a, b, out=a))
+    return {
+        "max_abs": float(d.max()),
+        "mean_abs": float(d.mean()),
+        "min_row_cosine": float(cos),
+        "argmax_agreement": float(agree),
+    }
+
+
+def sorts_each_row(reference, candidate):
+    """Order: sorts each row's values before the cosine ("align them"), which forgets which class is which."""
+    a, b = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
+    out = compare_outputs(reference, candidate)
+    out["min_row_cosine"] = float(_row_cos(np.sort(a, axis=1), np.sort(b, axis=1)).min())
+    return out
+
+
+def agreement_rounded(reference, candidate):
+    """Units and rounding: the agreement rounded to 3 digits for the report (2 of 3 rows reads 0.667)."""
+    out = compare_outputs(reference, candidate)
+    out["argmax_agreement"] = round(out["argmax_agreement"], 3)
+    return out
+
+
+def squeezes_after_checking(reference, candidate):
+    """Boundaries: validates the (N, C) arrays, then np.squeeze "to drop a batch axis of 1": with one class
+    (C = 1) the rows' cosines become one cosine of the whole column and the argmax runs over the rows."""
+    a, b = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
+    _validate(a, b)
+    a, b = np.squeeze(a), np.squeeze(b)
+    cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    d = np.abs(a - b)
+    return {
+        "max_abs": float(d.max()),
+        "mean_abs": float(d.mean()),
+        "min_row_cosine": float(np.min(cos)),
+        "argmax_agreement": float(np.mean(a.argmax(-1) == b.argmax(-1))),
+    }
+
+
+_NORMS = {}
+
+
+def caches_reference_norms(reference, candidate):
+    """State: the reference's row norms kept between calls, keyed by its shape ("the reference does not change"),
+    so another reference of the same shape is measured with the old norms."""
+    a, b = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
+    _validate(a, b)
+    norms = _NORMS.setdefault(a.shape, np.linalg.norm(a, axis=1))
+    d = np.abs(a - b)
+    return {
+        "max_abs": float(d.max()),
+        "mean_abs": float(d.mean()),
+        "min_row_cosine": float(((a * b).sum(1) / (norms * np.linalg.norm(b, axis=1))).min()),
+        "argmax_agreement": float((a.argmax(1) == b.argmax(1)).mean()),
+    }
+
+
+NEW_WRONG = [
+    agreement_rounded,
+    squeezes_after_checking,
+    caches_reference_norms,
+    agreement_integer_division,
+    rounded_to_six_digits,
+    refuses_fp16_max,
+    squeezes_first,
+    normalises_the_callers_rows,
+    subtracts_into_the_reference,
+    sorts_each_row,
+]
+
+OLD_WRONG = [
+    cmp_no_cast,
+    cmp_cast_float32,
+    cmp_signed_max,
+    cmp_signed_mean,
+    cmp_mean_cosine,
+    cmp_abs_cosine,
+    cmp_flat_cosine,
+    cmp_column_cosine,
+    cmp_agreement_count,
+    cmp_agreement_axis0,
+    cmp_agreement_flat,
+    cmp_no_shape_check,
+    cmp_size_check,
+    cmp_no_finite_check,
+    cmp_nan_skipped,
+    cmp_finite_check_only_candidate,
+    cmp_assertion,
+    cmp_finite_diff_check,
+    cmp_in_place,
+]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (compare_outputs, compare_alt):
+        E.check_same_as_reference(fn)
+
+
+def test_the_reference_passes_every_check():
+    for chk in (E.check_differences, E.check_cosine_and_agreement, E.check_refuses_bad_input):
+        chk(E._reference_compare_outputs)
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG + NEW_WRONG)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    _NORMS.clear()
+    with pytest.raises(LabCheckFailed, match="where the two differ|changed its input|on reference="):
+        E.check_same_as_reference(wrong)
+
+
+def test_numpy_scalars_and_error_words_are_left_to_the_other_checks():
+    """The differential check compares values (a float16 max_abs equal to the reference's passes it) and error
+    types, not the words: a plain float and a message naming the array are check_differences' and
+    check_refuses_bad_input's to judge."""
+    with pytest.raises(LabCheckFailed, match="plain Python float"):
+        E.check_differences(cmp_numpy_scalars)
+
+
+@pytest.mark.parametrize("wrong", [agreement_rounded, squeezes_after_checking, caches_reference_norms])
+def test_the_old_checks_miss_what_the_differential_check_catches(wrong):
+    """These got past the hand-picked cases: an agreement of 2/3, one class (C = 1), a second reference of a
+    shape seen before."""
+    _NORMS.clear()
+    for chk in (E.check_differences, E.check_cosine_and_agreement, E.check_refuses_bad_input):
+        chk(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        E.check_same_as_reference(agreement_integer_division)
+    assert "reference=np.array(" in str(e.value) and "where the reference's is" in str(e.value)
+
+
+def test_the_stub_fails_the_differential_check():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        E.check_same_as_reference(stub)

@@ -300,3 +300,148 @@ def parses_after_stripping_v(installed, pins):
 def test_spellings_pip_accepts_but_does_not_write(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def three_components(installed, pins):
+    """Units and rounding: each release padded or cut to major.minor.patch, so 1.2.3.4 is taken for 1.2.3.5."""
+
+    def key(v):
+        v = Version(v)
+        return v.epoch, (*v.release, 0, 0, 0)[:3], v.pre, v.post, v.dev
+
+    return _generic(installed, pins, same=lambda a, b: key(a) == key(b))
+
+
+def rstrip_zeros(installed, pins):
+    """Units and rounding: trailing zeros dropped with rstrip('.0'), which also eats the 0 of 10 (1.10 -> 1.1)."""
+    return _generic(
+        installed,
+        pins,
+        same=lambda a, b: Version(a.split("+")[0].rstrip(".0") or "0") == Version(b.rstrip(".0") or "0"),
+    )
+
+
+def only_older_is_drift(installed, pins):
+    """Boundaries: reports a package only when it is behind its pin (<), not when it is ahead (!=)."""
+    return _generic(installed, pins, same=lambda a, b: not Version(Version(a).public) < Version(b))
+
+
+def common_prefix_only(installed, pins):
+    """Boundaries: compares the release numbers pairwise with zip, so 1.2 equals 1.2.5 (the shorter one ends it)."""
+
+    def same(a, b):
+        va, vb = Version(Version(a).public), Version(b)
+        return all(x == y for x, y in zip(va.release, vb.release)) and (va.pre, va.post, va.dev) == (
+            vb.pre,
+            vb.post,
+            vb.dev,
+        )
+
+    return _generic(installed, pins, same=same)
+
+
+def normalises_in_place(installed, pins):
+    """State: renames the caller's installed keys to their normalised names (the dict it was given changes)."""
+    for k in list(installed):
+        installed[norm(k)] = installed.pop(k)
+    return pin_drift(installed, pins)
+
+
+_LOOKUP = {}
+
+
+def caches_the_lookup(installed, pins):
+    """State: builds the normalised lookup of installed packages once ("it is slow") and keeps it between calls."""
+    if not _LOOKUP:
+        _LOOKUP.update({norm(k): v for k, v in installed.items()})
+        _LOOKUP["_built"] = True
+    return pin_drift({k: v for k, v in _LOOKUP.items() if k != "_built"}, pins)
+
+
+def grouped_by_kind(installed, pins):
+    """Order: the missing rows first, then the differing ones, each sorted by package."""
+    return sorted(pin_drift(installed, pins), key=lambda r: (r["kind"] != "missing", r["package"]))
+
+
+def collapses_pairs_once(installed, pins):
+    """Parsing: each separator becomes '-', then '--' is replaced once: a run of three leaves '--'."""
+    return _generic(installed, pins, name=lambda s: re.sub(r"[-_.]", "-", s).lower().replace("--", "-"))
+
+
+NEW_WRONG = [
+    three_components,
+    rstrip_zeros,
+    only_older_is_drift,
+    common_prefix_only,
+    normalises_in_place,
+    caches_the_lookup,
+    grouped_by_kind,
+    collapses_pairs_once,
+]
+
+
+@pytest.mark.parametrize("fn", [pin_drift, pin_drift_alt])
+def test_right_answers_agree_with_the_reference(fn):
+    L.check_same_as_reference(fn)
+
+
+def test_the_reference_passes_every_check():
+    for chk in CHECKS:
+        chk(L._reference_pin_drift)
+
+
+OLD_WRONG = [
+    text_compare,
+    digits_compare,
+    strip_local_only,
+    names_as_written,
+    names_lowercased,
+    names_char_by_char,
+    names_no_dots,
+    package_as_written,
+    missing_dropped,
+    missing_as_text,
+    missing_is_differs,
+    unsorted,
+    sorted_by_pinned_version,
+    sorted_by_written_name,
+    every_pin_reported,
+    unpinned_reported,
+    installed_stripped,
+    pops_matches,
+    returns_names,
+    extra_field,
+    reports_pips_spelling,
+    tidies_text,
+    parses_after_stripping_v,
+]
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG + NEW_WRONG)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    _LOOKUP.clear()
+    with pytest.raises(LabCheckFailed, match="where the two differ|changed its input|on installed="):
+        L.check_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize("wrong", [three_components, grouped_by_kind, collapses_pairs_once])
+def test_the_old_checks_miss_what_the_differential_check_catches(wrong):
+    """These got past the hand-picked cases: a fourth release number, a shorter release, missing rows first,
+    a run of three separators."""
+    for chk in CHECKS:
+        chk(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(grouped_by_kind)
+    assert "installed=" in str(e.value) and "pins=" in str(e.value)
+    assert "where the reference's is" in str(e.value)
+
+
+def test_the_stub_fails_the_differential_check():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

@@ -14,6 +14,13 @@ Each wrong answer is one class of mistake (-1 padding counted as a hit or droppe
 duplicates counted twice, whole rows instead of the top k, positions compared instead of sets, another
 denominator, a constant k, the sum instead of the mean, no error for k beyond the columns, an array instead
 of a float); each is rejected with the message that names it.
+
+The differential check (check_same_as_reference) compares the value, or the ValueError, with a validating reference
+on Hypothesis-drawn cases; it catches every wrong answer here but one, says_too_little, whose ValueError has the
+right type and only the wrong words (check_errors reads them). The newer wrong answers are one per class the
+hand-picked lists missed elsewhere: units and rounding (the recall rounded to 2 places, hits // k), boundaries (k
+equal to the width refused, ids cast to int32 so ids beyond 2**31 wrap), state (padding rewritten in the caller's
+array, rows sorted in place, a cache keyed by shape), order (the last k columns, rows sorted before the cut).
 """
 
 import numpy as np
@@ -114,7 +121,14 @@ def stub(*a, **k):
     raise NotImplementedError("recall_at_k() is not implemented yet")
 
 
-CHECKS = [L.check_values, L.check_first_k, L.check_padding_and_duplicates, L.check_errors, L.check_random]
+CHECKS = [
+    L.check_values,
+    L.check_first_k,
+    L.check_padding_and_duplicates,
+    L.check_errors,
+    L.check_random,
+    L.check_same_as_reference,
+]
 
 
 def test_right_answer_passes():
@@ -242,3 +256,136 @@ def approx_shape_only(approx_ids, exact_ids, k):
 def test_shapes_types_and_messages_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def _per_query(approx, exact, k):
+    return [len((set(a[:k].tolist()) & set(e[:k].tolist())) - {-1}) for a, e in zip(approx, exact)]
+
+
+def rounded_to_two_places(approx_ids, exact_ids, k):
+    """Rounding: rounds the recall to 2 decimals, as the sweep table prints it."""
+    return round(recall_at_k(approx_ids, exact_ids, k), 2)
+
+
+def whole_hits_per_query(approx_ids, exact_ids, k):
+    """Units: hits // k per query (integer division): a query scores 1 or 0, never a share."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    return float(np.mean([h // k for h in _per_query(approx, exact, k)]))
+
+
+def refuses_full_width(approx_ids, exact_ids, k):
+    """Boundaries: refuses k equal to the number of columns (k >= width), which the contract allows."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    if k >= min(approx.shape[1], exact.shape[1]):
+        raise ValueError(f"k={k} must be below the number of columns")
+    return float(np.mean(_per_query(approx, exact, k)) / k)
+
+
+def ids_as_int32(approx_ids, exact_ids, k):
+    """Boundaries: casts the ids to int32 to save memory: ids beyond 2**31 wrap (2**32 - 1 becomes -1)."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    return float(np.mean(_per_query(approx.astype(np.int32), exact.astype(np.int32), k)) / k)
+
+
+def marks_padding_in_place(approx_ids, exact_ids, k):
+    """State: sets approx's -1 to -2 so padding never matches padding, in the caller's own array."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    approx[approx == -1] = -2
+    hits = [len(set(a[:k].tolist()) & set(e[:k].tolist()) - {-1, -2}) for a, e in zip(approx, exact)]
+    return float(np.mean(hits) / k)
+
+
+def sorts_rows_in_place(approx_ids, exact_ids, k):
+    """State: sorts each top-k row (a view into the caller's array) before comparing them."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    top_a, top_e = approx[:, :k], exact[:, :k]
+    top_a.sort(axis=1)
+    top_e.sort(axis=1)
+    return float(np.mean(_per_query(top_a, top_e, k)) / k)
+
+
+def cached_by_shape(approx_ids, exact_ids, k, _cache={}):
+    """State: memoises the recall by the arrays' shapes and k (a sweep calls it with the same shapes)."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    key = (approx.shape, exact.shape, int(k))
+    if key not in _cache:
+        _cache[key] = float(np.mean(_per_query(approx, exact, k)) / k)
+    return _cache[key]
+
+
+def last_k_columns(approx_ids, exact_ids, k):
+    """Order: takes the LAST k columns, as if the best result came last (sorted by ascending score)."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    hits = [len((set(a[-k:].tolist()) & set(e[-k:].tolist())) - {-1}) for a, e in zip(approx, exact)]
+    return float(np.mean(hits) / k)
+
+
+def sorts_before_cutting(approx_ids, exact_ids, k):
+    """Order: sorts each row's ids (order does not matter to a set) before taking the first k."""
+    approx, exact = _checked(approx_ids, exact_ids, k)
+    return float(np.mean(_per_query(np.sort(approx, axis=1), np.sort(exact, axis=1), k)) / k)
+
+
+NEW_WRONG = [
+    rounded_to_two_places,
+    whole_hits_per_query,
+    refuses_full_width,
+    ids_as_int32,
+    marks_padding_in_place,
+    sorts_rows_in_place,
+    cached_by_shape,
+    last_k_columns,
+    sorts_before_cutting,
+]
+
+
+def test_the_reference_passes_the_older_checks():
+    for chk in CHECKS[:-1]:
+        chk(L._reference_recall_at_k)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        counts_padding,
+        drops_padding_first,
+        counts_duplicates,
+        whole_rows,
+        positional,
+        over_distinct_exact,
+        fixed_k,
+        summed,
+        no_k_check,
+        per_query_array,
+        no_validation_at_all,
+        only_1d_refused,
+        k_must_be_a_python_int,
+        approx_shape_only,
+        *NEW_WRONG,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(
+        LabCheckFailed, match="where the reference's|should raise|should be a number|changed its input|your code raised"
+    ):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_leaves_the_error_words_to_check_errors():
+    # a ValueError that says only "invalid input" has the right type: only check_errors reads its words
+    L.check_same_as_reference(says_too_little)
+    with pytest.raises(LabCheckFailed, match="does not say what is wrong"):
+        L.check_errors(says_too_little)
+
+
+def test_the_differential_check_names_a_changed_array():
+    with pytest.raises(LabCheckFailed, match=r"changed its input `approx_ids`"):
+        L.check_same_as_reference(marks_padding_in_place)
+
+
+def test_the_differential_check_shows_ids_beyond_2_31():
+    with pytest.raises(LabCheckFailed, match=r"4294967295.*yours is 0.666.* where the reference's is 0.333"):
+        L.check_same_as_reference(ids_as_int32)

@@ -318,3 +318,171 @@ def test_empty_and_binary_jobs():
         L.check_claim(claim_decodes)
     with pytest.raises(LabCheckFailed, match=r"an empty job.*reclaim\(\) should move all 3.*`is None`"):
         L.check_reclaim(claim, reclaim_while_truthy)
+
+
+# --------------------------------------------------------------------------- the differential and idle checks
+
+
+def claim_timeout_in_ms(r, queue, processing):
+    """Units: BLMOVE's timeout is in seconds; 1000 'ms' waits 1000 s on an empty queue."""
+    return r.blmove(queue, processing, 1000, "RIGHT", "LEFT")
+
+
+def claim_timeout_truncated(r, queue, processing):
+    """Units: a half-second timeout made whole with int(): int(0.5) == 0, which waits forever."""
+    return r.blmove(queue, processing, int(0.5), "RIGHT", "LEFT")
+
+
+def ack_skips_empty_job(r, processing, job):
+    """Boundaries: `if job:` - an empty job (b'') is never acked and stays in processing."""
+    if job:
+        r.lrem(processing, 1, job)
+
+
+def reclaim_all_but_one(r, processing, queue):
+    """Boundaries: counts LLEN first and moves one job too few (range(n - 1))."""
+    n = r.llen(processing)
+    for _ in range(n - 1):
+        r.lmove(processing, queue, "LEFT", "RIGHT")
+    return max(n - 1, 0)
+
+
+_acked: set = set()
+
+
+def ack_remembers_acked(r, processing, job):
+    """State: skips an ack it has done before (to be 'idempotent'), so a job claimed again is never acked again."""
+    key = (processing, _as_bytes(job))
+    if key not in _acked:
+        _acked.add(key)
+        r.lrem(processing, 1, job)
+
+
+_reclaimed: set = set()
+
+
+def reclaim_once_per_list(r, processing, queue):
+    """State: remembers which processing lists it has reclaimed; the same list, reclaimed again later, is skipped."""
+    if processing in _reclaimed:
+        return 0
+    _reclaimed.add(processing)
+    return reclaim(r, processing, queue)
+
+
+def _as_bytes(x):
+    return x.encode() if isinstance(x, str) else x
+
+
+def claim_strips_newline(r, queue, processing):
+    """Parsing: strips the trailing newline of every job (as if it were a line read from a file)."""
+    job = r.lmove(queue, processing, "RIGHT", "LEFT")
+    return None if job is None else job.rstrip(b"\n")
+
+
+def claim_strips_spaces(r, queue, processing):
+    """Parsing: strips spaces around the job: ' y ' comes back as 'y', and acking that removes nothing."""
+    job = r.lmove(queue, processing, "RIGHT", "LEFT")
+    return None if job is None else job.strip()
+
+
+def claim_polls_every_ms(r, queue, processing):
+    """Resources: on an empty queue, polls every millisecond for up to a second."""
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while True:
+        job = r.lmove(queue, processing, "RIGHT", "LEFT")
+        if job is not None or time.monotonic() > deadline:
+            return job
+        time.sleep(0.001)
+
+
+def claim_busy_loop(r, queue, processing):
+    """Resources: spins on LMOVE without sleeping for half a second before it gives up."""
+    import time
+
+    deadline = time.monotonic() + 0.5
+    while (job := r.lmove(queue, processing, "RIGHT", "LEFT")) is None and time.monotonic() < deadline:
+        pass
+    return job
+
+
+@pytest.mark.parametrize(
+    "fns",
+    [(claim, ack, reclaim), (claim_blocking, ack, reclaim), (claim_script, ack, reclaim_rpoplpush)],
+    ids=["lmove", "blmove", "script"],
+)
+def test_right_answers_pass_the_new_checks(fns):
+    L.check_same_as_reference(*fns)
+    L.check_idle_claim_is_cheap(fns[0])
+
+
+@pytest.mark.parametrize(
+    "fns",
+    [
+        (claim_pop, ack, reclaim),
+        (claim_lifo, ack, reclaim),
+        (claim_fixed_queue, ack, reclaim),
+        (claim_peek, ack, reclaim),
+        (claim_to_right, ack, reclaim),
+        (claim_or_none, ack, reclaim),
+        (claim_decodes, ack, reclaim),
+        (claim, ack_all_copies, reclaim),
+        (claim, ack_oldest, reclaim),
+        (claim, ack_deletes_list, reclaim),
+        (claim, ack_on_queue, reclaim),
+        (claim, ack_noop, reclaim),
+        (claim, ack, reclaim_to_back),
+        (claim, ack, reclaim_reversed),
+        (claim, ack, reclaim_copies),
+        (claim, ack, reclaim_no_count),
+        (claim, ack, reclaim_one),
+        (claim, ack, reclaim_while_truthy),
+        # new
+        (claim, ack_skips_empty_job, reclaim),
+        (claim, ack, reclaim_all_but_one),
+        (claim, ack_remembers_acked, reclaim),
+        (claim, ack, reclaim_once_per_list),
+        (claim_strips_newline, ack, reclaim),
+        (claim_strips_spaces, ack, reclaim),
+    ],
+    ids=lambda fns: "-".join(f.__name__ for f in fns),
+)
+def test_the_differential_check_catches_wrong_answers(fns):
+    with pytest.raises(LabCheckFailed, match="where the two differ|returned|holds|keeps something"):
+        L.check_same_as_reference(*fns)
+
+
+def test_what_the_differential_check_leaves_to_the_others():
+    """An empty-queue claim is skipped there (a right blocking claim may wait a second), and nothing dies there."""
+    L.check_same_as_reference(claim_forever, ack, reclaim)
+    L.check_same_as_reference(claim_pop_then_push, ack, reclaim)
+    L.check_same_as_reference(claim, ack, reclaim_read_delete_push)
+    with pytest.raises(LabCheckFailed, match="did not return within 3 s"):
+        L.check_idle_claim_is_cheap(claim_forever)
+
+
+@pytest.mark.parametrize("wrong", [claim_timeout_in_ms, claim_timeout_truncated])
+def test_a_timeout_in_the_wrong_unit_fails(wrong):
+    with pytest.raises(LabCheckFailed, match="did not return within 3 s"):
+        L.check_claim(wrong)
+    with pytest.raises(LabCheckFailed, match="did not return within 3 s"):
+        L.check_idle_claim_is_cheap(wrong)
+
+
+@pytest.mark.parametrize("wrong", [claim_polls_every_ms, claim_busy_loop])
+def test_a_claim_that_polls_fast_fails_the_idle_check(wrong):
+    L.check_claim(wrong)  # right answers, promptly: only the cost of the wait is wrong
+    with pytest.raises(LabCheckFailed, match=r"made \d+ Redis calls.*polls every few ms"):
+        L.check_idle_claim_is_cheap(wrong)
+
+
+def test_stubs_fail_the_new_checks():
+    for chk, args in [
+        (L.check_same_as_reference, (stub, ack, reclaim)),
+        (L.check_same_as_reference, (claim, stub, reclaim)),
+        (L.check_same_as_reference, (claim, ack, stub)),
+        (L.check_idle_claim_is_cheap, (stub,)),
+    ]:
+        with pytest.raises(LabCheckFailed, match="not implemented yet"):
+            chk(*args)

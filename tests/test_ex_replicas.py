@@ -16,6 +16,7 @@ result, a silent clamp at max_replicas, no validation); each is rejected with th
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -304,3 +305,93 @@ def python_numbers_only(target_rps, per_replica_rps, headroom=0.3, max_replicas=
 def test_boundaries_and_types_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def usable_rounded(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Units and rounding: one replica's usable capacity rounded to whole req/s (3.3 x 0.7 = 2.31 -> 2)."""
+    _validate(target_rps, per_replica_rps, headroom)
+    usable = round(per_replica_rps * (1 - headroom))
+    return _limit(max(1, math.ceil(round(target_rps / usable, 9))), max_replicas)
+
+
+def noise_rounded_to_4(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Units and rounding: trims float noise with round(x, 4), which also drops a real hair above n."""
+    _validate(target_rps, per_replica_rps, headroom)
+    return _limit(max(1, math.ceil(round(target_rps / (per_replica_rps * (1 - headroom)), 4))), max_replicas)
+
+
+def epsilon_before_ceil(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Boundaries: ceil(x - 1e-4) 'for float noise': a load up to 1e-4 replicas above n is served by n."""
+    _validate(target_rps, per_replica_rps, headroom)
+    return _limit(max(1, math.ceil(target_rps / (per_replica_rps * (1 - headroom)) - 1e-4)), max_replicas)
+
+
+def limit_as_int32(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """Boundaries: compares against np.int32(max_replicas), which a limit of 2**31 or more overflows."""
+    n = replicas_needed(target_rps, per_replica_rps, headroom)
+    if max_replicas is not None and n > np.int32(max_replicas):
+        raise ValueError(f"the target needs {n} replicas but max_replicas={max_replicas}")
+    return n
+
+
+NEW_WRONG = [usable_rounded, noise_rounded_to_4, epsilon_before_ceil, limit_as_int32]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (replicas_needed, replicas_needed_alt):
+        L.check_same_as_reference(fn)
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG)
+def test_new_wrong_answers_pass_the_listed_checks_but_not_the_differential_one(wrong):
+    for chk in CHECKS:
+        chk(wrong)  # the hand-picked cases do not show these
+    with pytest.raises(LabCheckFailed, match="where the two differ|the answer is|should raise|should name"):
+        L.check_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        truncates,
+        rounds,
+        plus_one,
+        float_noise,
+        zero_for_no_load,
+        headroom_ignored,
+        headroom_on_target,
+        headroom_as_usable,
+        numpy_float,
+        clamps,
+        none_beyond_max,
+        max_off_by_one,
+        vague_limit_error,
+        no_validation,
+        validation_misses_nan,
+        unnamed_errors,
+        headroom_up_to_one,
+        limit_zero_is_no_limit,
+        headroom_range_misses_nan,
+        infinite_target_overflows,
+        infinite_capacity_is_one,
+        python_numbers_only,
+    ],
+)
+def test_the_differential_check_catches_every_old_wrong_answer(wrong):
+    with pytest.raises(LabCheckFailed, match="replicas_needed\\("):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_names_the_call_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(epsilon_before_ceil)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert re.search(r"yours returned \d+; the answer is \d+ replica", str(e.value))
+
+
+def test_stub_fails_the_differential_check():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

@@ -13,6 +13,14 @@ service_report(answers, labels) -> {"n", "error_rate", "degraded_rate", "accurac
 Each wrong answer is one class of mistake (accuracy over every request, degraded answers scored as wrong,
 only 5xx counted as errors, "degraded": False taken as degraded, 1.0 or a crash with nothing answered, zip
 silently truncating mismatched lengths, rates over the answered requests only, ...).
+
+The differential check (check_same_as_reference) compares the four fields with a reference written from the contract
+on Hypothesis-drawn batches of requests; it catches every wrong answer here but one, vague_length_error, whose
+ValueError has the right type and only the wrong words (check_edges reads them). The newer wrong answers are one per
+class the hand-picked lists missed elsewhere: units and rounding (rates rounded to 2 places, percentages),
+boundaries (a status > 400 instead of >= 400, a zero guard on the numerator), state (defaults written into the
+caller's dicts, counters that outlive a call), order and parsing (ordinary answers zipped with the labels from the
+start, a label found with answers.index).
 """
 
 import math
@@ -197,7 +205,7 @@ def test_a_missing_field_is_named():
         L.check_rates(no_n)
 
 
-@pytest.mark.parametrize("chk", [L.check_rates, L.check_accuracy, L.check_edges])
+@pytest.mark.parametrize("chk", [L.check_rates, L.check_accuracy, L.check_edges, L.check_same_as_reference])
 def test_stub_fails(chk):
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         chk(stub)
@@ -269,3 +277,141 @@ def vague_length_error(answers, labels):
 def test_data_that_hid_a_mistake_now_shows_it(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def rounded_rates(answers, labels):
+    """Rounding: rounds the three rates to 2 decimals, as the report prints them."""
+    out = service_report(answers, labels)
+    return {k: (round(v, 2) if k != "n" else v) for k, v in out.items()}
+
+
+def percentages(answers, labels):
+    """Units: the three shares as percentages (30.0 for 30 %)."""
+    out = service_report(answers, labels)
+    return {k: (v * 100 if k != "n" else v) for k, v in out.items()}
+
+
+def status_above_400(answers, labels):
+    """Boundaries: counts a status as an error when it is > 400, so a 400 Bad Request counts as nothing."""
+    out = service_report(answers, labels)
+    n = len(answers)
+    out["error_rate"] = sum(1 for a in answers if not isinstance(a, dict) and a > 400) / n if n else math.nan
+    return out
+
+
+def guards_the_numerator(answers, labels):
+    """Boundaries: guards the division on the right answers, not the scored ones: none right gives NaN, not 0."""
+    out = service_report(answers, labels)
+    scored = [a["label"] == y for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded")]
+    out["accuracy"] = sum(scored) / len(scored) if sum(scored) else math.nan
+    return out
+
+
+def fills_in_degraded(answers, labels):
+    """State: a.setdefault("degraded", False) writes the default into the caller's answer dicts."""
+    for a in answers:
+        if isinstance(a, dict):
+            a.setdefault("degraded", False)
+    return service_report(answers, labels)
+
+
+def counts_across_calls(answers, labels, _counts={"error": 0, "degraded": 0}):
+    """State: counters in a mutable default argument, never reset: each call adds to the last one's."""
+    if len(answers) != len(labels):
+        raise ValueError(f"{len(answers)} answers but {len(labels)} labels")
+    out = service_report(answers, labels)
+    _counts["error"] += sum(1 for a in answers if not isinstance(a, dict))
+    _counts["degraded"] += sum(1 for a in answers if isinstance(a, dict) and a.get("degraded"))
+    n = len(answers)
+    out["error_rate"] = _counts["error"] / n if n else math.nan
+    out["degraded_rate"] = _counts["degraded"] / n if n else math.nan
+    return out
+
+
+def filters_then_zips(answers, labels):
+    """Order: keeps the ordinary answers first, then zips them with the labels from the start (misaligned)."""
+    out = service_report(answers, labels)
+    ordinary = [a for a in answers if isinstance(a, dict) and not a.get("degraded")]
+    scored = [a["label"] == y for a, y in zip(ordinary, labels)]
+    out["accuracy"] = sum(scored) / len(scored) if scored else math.nan
+    return out
+
+
+def label_by_index(answers, labels):
+    """Order: finds each answer's label with answers.index(a), which gives the FIRST equal answer's position."""
+    out = service_report(answers, labels)
+    ordinary = [a for a in answers if isinstance(a, dict) and not a.get("degraded")]
+    scored = [a["label"] == labels[answers.index(a)] for a in ordinary]
+    out["accuracy"] = sum(scored) / len(scored) if scored else math.nan
+    return out
+
+
+NEW_WRONG = [
+    rounded_rates,
+    percentages,
+    status_above_400,
+    guards_the_numerator,
+    fills_in_degraded,
+    counts_across_calls,
+    filters_then_zips,
+    label_by_index,
+]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (service_report, service_report_alt):
+        L.check_same_as_reference(fn)
+
+
+def test_the_reference_passes_the_older_checks():
+    for chk in (L.check_rates, L.check_accuracy, L.check_edges):
+        chk(L._reference_service_report)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        accuracy_over_all,
+        degraded_scored_as_wrong,
+        only_5xx,
+        degraded_key_present,
+        perfect_when_nothing_answered,
+        crashes_when_nothing_answered,
+        zip_truncates,
+        zero_rates_when_empty,
+        rates_over_answered,
+        counts_not_rates,
+        wrong_error_type,
+        pops_errors,
+        fallback_by_its_label,
+        right_fallbacks_count,
+        empty_first,
+        *NEW_WRONG,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    with pytest.raises(
+        LabCheckFailed, match="where the reference.s|should raise|changed its input|two calls|your code raised"
+    ):
+        L.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_leaves_the_length_message_to_check_edges():
+    # a ValueError whose message omits the lengths has the right type: only check_edges reads its words
+    L.check_same_as_reference(vague_length_error)
+    with pytest.raises(LabCheckFailed, match="should give both lengths"):
+        L.check_edges(vague_length_error)
+
+
+def test_the_differential_check_names_a_changed_answer():
+    with pytest.raises(LabCheckFailed, match=r"changed its input `answers`"):
+        L.check_same_as_reference(fills_in_degraded)
+
+
+def test_the_differential_check_names_the_field_and_both_reports():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(status_above_400)
+    assert "yours is 0.0 where the reference's is 0.5 at ['error_rate']" in str(e.value)

@@ -309,3 +309,105 @@ def test_the_server_stream_helper_writes_what_the_route_sends():
     created = chunks[0]["created"]
     pieces = [c["choices"][0]["text"] for c in chunks]
     assert raw == L.server_stream(pieces, usage=(3, 12)).replace(b"1790000000", str(created).encode())
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def case_insensitive_fields(chunks):
+    """Parsing: matches field names case-insensitively ('Data:' and 'EVENT:' are other fields in SSE)."""
+    yield from reader(chunks, field_split=lambda line: (line.partition(":")[0].lower(), line.partition(":")[2]))
+
+
+def strips_every_trailing_newline(chunks):
+    """Parsing: data.rstrip('\\n') instead of dropping the one newline the last data line added."""
+    for name, data in reader(chunks):
+        yield (name, (data + "\n").rstrip("\n"))
+
+
+def stops_at_an_empty_chunk(chunks):
+    """Boundaries: reads b'' as the end of the stream (as socket.recv does), dropping what comes after it."""
+
+    def until_empty():
+        for chunk in chunks:
+            if not chunk:
+                return
+            yield chunk
+
+    yield from reader(until_empty())
+
+
+def empty_data_is_no_data(chunks):
+    """Boundaries: dispatches only when the joined data is non-empty; a lone 'data:' line (data '') is dropped."""
+    for name, data in reader(chunks):
+        if data:
+            yield (name, data)
+
+
+_LEFTOVER = [b""]
+
+
+def keeps_leftover_between_calls(chunks):
+    """State: the unfinished line is kept in a module-level buffer, so the next stream starts with the last one's
+    leftovers."""
+
+    def with_leftover():
+        first = True
+        for chunk in chunks:
+            if first and _LEFTOVER[0]:
+                chunk, first = _LEFTOVER[0] + chunk, False
+            first = False
+            yield chunk
+
+    raw = []
+
+    def remember(src):
+        for c in src:
+            raw.append(c)
+            yield c
+
+    yield from reader(remember(with_leftover()))
+    tail = LINE_END.split(b"".join(raw))[-1]
+    _LEFTOVER[0] = tail
+
+
+NEW_WRONG = {
+    "case_insensitive_fields": case_insensitive_fields,
+    "strips_every_trailing_newline": strips_every_trailing_newline,
+    "stops_at_an_empty_chunk": stops_at_an_empty_chunk,
+    "empty_data_is_no_data": empty_data_is_no_data,
+    "keeps_leftover_between_calls": keeps_leftover_between_calls,
+}
+
+
+@pytest.mark.parametrize("fn", [right, right_by_characters], ids=["right", "right_by_characters"])
+def test_right_answers_agree_with_the_reference(fn):
+    L.check_same_as_reference(fn)
+
+
+@pytest.mark.parametrize("name", list(NEW_WRONG))
+def test_new_wrong_answers_pass_the_listed_checks_but_not_the_differential_one(name):
+    for check in CHECKS:
+        getattr(L, check)(NEW_WRONG[name])
+    with pytest.raises(LabCheckFailed, match="on the chunks|keeps something from one call to the next"):
+        L.check_same_as_reference(NEW_WRONG[name])
+
+
+@pytest.mark.parametrize("name", list(WRONG))
+def test_the_differential_check_catches_every_old_wrong_answer(name):
+    with pytest.raises(LabCheckFailed, match="on the chunks"):
+        L.check_same_as_reference(WRONG[name][0])
+
+
+def test_the_differential_check_names_the_chunks_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(case_insensitive_fields)
+    assert "on the chunks [" in str(e.value) and ("should be" in str(e.value) or "yields" in str(e.value))
+
+
+def test_a_stub_fails_the_differential_check():
+    def stub(chunks):
+        raise NotImplementedError("read_events() is not implemented yet")
+
+    with pytest.raises(LabCheckFailed, match="not implemented"):
+        L.check_same_as_reference(stub)

@@ -274,3 +274,158 @@ def report_truthiness_check(samples):
 def test_an_empty_check_that_only_works_for_lists():
     with pytest.raises(LabCheckFailed, match=r"numpy array.*your code raised ValueError: The truth value"):
         E.check_medians(report_truthiness_check)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def even_count_integer_division(samples):
+    """Units and rounding: the two middle values averaged with //, so the median of [1, 2] ms is 1, not 1.5."""
+    _checked(samples)
+    p50 = {}
+    for k, v in samples.items():
+        s, n = sorted(v), len(v)
+        p50[k] = float(s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2)
+    return _finish(p50)
+
+
+def rounded_medians(samples):
+    """Units and rounding: each median rounded to 0.1 ms ("nobody reads more digits") before the shares."""
+    _checked(samples)
+    return _finish({k: round(float(np.median(v)), 1) for k, v in samples.items()})
+
+
+def zero_ms_stage_is_empty(samples):
+    """Boundaries: tests for "no samples" with `not any(values)`, so a stage that took 0 ms each time raises."""
+    if not samples:
+        raise ValueError("no stages")
+    for k, v in samples.items():
+        if not any(v):
+            raise ValueError(f"stage {k!r} has no samples")
+    return stage_report(samples)
+
+
+def zero_share_dropped(samples):
+    """Boundaries: `if m` skips a stage whose median is 0 ms when the shares are built."""
+    out = stage_report(samples)
+    total = sum(out["p50_ms"].values())
+    out["share"] = {k: m / total for k, m in out["p50_ms"].items() if m}
+    return out
+
+
+def sorts_numpy_arrays_in_place(samples):
+    """State: np.asarray(values) is the caller's own array when it is one, and .sort() sorts it in place."""
+    _checked(samples)
+    p50 = {}
+    for k, v in samples.items():
+        a = np.asarray(v, dtype=float)
+        a.sort()
+        n = len(a)
+        p50[k] = float(a[n // 2] if n % 2 else (a[n // 2 - 1] + a[n // 2]) / 2)
+    return _finish(p50)
+
+
+_MEDIANS = {}
+
+
+def caches_medians_by_stage(samples):
+    """State: keeps each stage's median between calls ("the same stage, the same median"), keyed by its name."""
+    _checked(samples)
+    for k, v in samples.items():
+        _MEDIANS.setdefault(k, float(np.median(v)))
+    return _finish({k: _MEDIANS[k] for k in samples})
+
+
+def alphabetical_on_a_tie(samples):
+    """Order: max over the sorted stage names, so a tie goes to the first name alphabetically, not in the input."""
+    out = stage_report(samples)
+    out["dominant"] = max(sorted(out["p50_ms"]), key=out["p50_ms"].get)
+    return out
+
+
+def stage_names_normalised(samples):
+    """Parsing: stage names lower-cased and stripped ("Forward" and "forward" are one stage), first one kept."""
+    _checked(samples)
+    merged = {}
+    for k, v in samples.items():
+        merged.setdefault(k.strip().lower(), v)
+    return _finish({k: float(np.median(v)) for k, v in merged.items()})
+
+
+NEW_WRONG = [
+    even_count_integer_division,
+    rounded_medians,
+    zero_ms_stage_is_empty,
+    zero_share_dropped,
+    sorts_numpy_arrays_in_place,
+    caches_medians_by_stage,
+    alphabetical_on_a_tie,
+    stage_names_normalised,
+]
+
+OLD_WRONG = [
+    report_mean,
+    report_upper_middle,
+    report_unsorted_middle,
+    report_shares_of_raw_sums,
+    report_percent,
+    report_share_of_largest,
+    report_fixed_stages,
+    report_dominant_smallest,
+    report_dominant_by_mean,
+    report_dominant_last_on_tie,
+    report_dominant_share_value,
+    report_skips_empty,
+    report_zero_for_empty,
+    report_key_error,
+    report_empty_dict_ok,
+    report_sorts_in_place,
+    report_numpy_scalar_median_of_percentile,
+    report_writes_medians_into_its_input,
+    report_drops_a_stage_from_its_input,
+    report_truthiness_check,
+]
+
+
+def test_right_answers_agree_with_the_reference():
+    for fn in (stage_report, stage_report_alt):
+        E.check_same_as_reference(fn)
+
+
+def test_the_reference_passes_every_check():
+    for chk in (E.check_medians, E.check_shares, E.check_errors):
+        chk(E._reference_stage_report)
+
+
+@pytest.mark.parametrize("wrong", OLD_WRONG + NEW_WRONG)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    _MEDIANS.clear()
+    with pytest.raises(LabCheckFailed, match="where the two differ|changed its input|on samples="):
+        E.check_same_as_reference(wrong)
+
+
+def test_an_unnamed_empty_stage_is_left_to_check_errors():
+    """The differential check compares the error's type, not its words: the message is check_errors' to judge."""
+    E.check_same_as_reference(report_empty_without_name)
+    with pytest.raises(LabCheckFailed, match="should name it"):
+        E.check_errors(report_empty_without_name)
+
+
+@pytest.mark.parametrize(
+    "wrong", [zero_ms_stage_is_empty, zero_share_dropped, sorts_numpy_arrays_in_place, alphabetical_on_a_tie]
+)
+def test_the_old_checks_miss_what_the_differential_check_catches(wrong):
+    """These got past the hand-picked cases: a stage of 0 ms, a caller's numpy array, a tie decided by name."""
+    for chk in (E.check_medians, E.check_shares, E.check_errors):
+        chk(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        E.check_same_as_reference(even_count_integer_division)
+    assert "samples=" in str(e.value) and "where the reference's is" in str(e.value)
+
+
+def test_the_stub_fails_the_differential_check():
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        E.check_same_as_reference(stub)

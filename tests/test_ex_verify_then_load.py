@@ -201,7 +201,13 @@ def stub(*a, **k):
     raise NotImplementedError("write it")
 
 
-CHECKS = [E.check_loads_trusted_file, E.check_refuses_mismatch, E.check_weights_only, E.check_missing_and_large]
+CHECKS = [
+    E.check_loads_trusted_file,
+    E.check_refuses_mismatch,
+    E.check_weights_only,
+    E.check_missing_and_large,
+    E.check_same_as_reference,
+]
 
 
 @pytest.mark.parametrize("fn", [verify_then_load, verify_then_load_alt, verify_file_digest])
@@ -317,3 +323,140 @@ def missing_str_path_crashes(path, expected_sha256):
 def test_sizes_and_types_nobody_listed(chk, wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         chk(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+_VERIFIED: dict = {}
+_BY_STAT: dict = {}
+
+
+def cache_by_path(path, expected_sha256):
+    """State: remembers which path it verified against which digest, and skips hashing it again."""
+    key = str(path)
+    if _VERIFIED.get(key) != expected_sha256.lower():
+        actual = _digest(path)
+        if actual != expected_sha256.lower():
+            _refuse(path, actual, expected_sha256)
+        _VERIFIED[key] = actual
+    return torch.load(path, weights_only=True)
+
+
+def cache_by_size_and_mtime(path, expected_sha256):
+    """State: hashes again only when the file's size or mtime changed - a rewrite that keeps both is not seen."""
+    st = Path(path).stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _BY_STAT:
+        _BY_STAT[key] = _digest(path)
+    actual = _BY_STAT[key]
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def first_64_characters(path, expected_sha256):
+    """Boundaries: keeps the first 64 characters "in case of a trailing newline" - a digest one too long passes."""
+    actual = _digest(path)
+    if actual != expected_sha256[:64].lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def at_least_one_chunk(path, expected_sha256):
+    """Boundaries: a do-while loop that hashes one chunk, then stops at the first short read without hashing it."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        chunk = f.read(CHUNK)
+        h.update(chunk)
+        while len(chunk) == CHUNK:
+            chunk = f.read(CHUNK)
+            if len(chunk) == CHUNK:
+                h.update(chunk)
+    actual = h.hexdigest()
+    if actual != expected_sha256.lower():
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def hex_bytes_compare(path, expected_sha256):
+    """Parsing: bytes.fromhex(expected) - an odd-length digest raises ValueError instead of being refused."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    if h.digest() != bytes.fromhex(expected_sha256):
+        _refuse(path, h.hexdigest(), expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+def strips_prefix_characters(path, expected_sha256):
+    """Parsing: .strip("sha256:") meant as removeprefix - it strips those characters from both ends of a digest."""
+    actual = _digest(path)
+    if actual != expected_sha256.lower().strip("sha256:"):
+        _refuse(path, actual, expected_sha256)
+    return torch.load(path, weights_only=True)
+
+
+NEW_WRONG = [
+    cache_by_path,
+    cache_by_size_and_mtime,
+    first_64_characters,
+    at_least_one_chunk,
+    hex_bytes_compare,
+    strips_prefix_characters,
+]
+
+
+@pytest.mark.parametrize("fn", [verify_then_load, verify_then_load_alt, verify_file_digest])
+def test_right_answers_agree_with_the_reference(fn):
+    E.check_same_as_reference(fn)
+    assert not E.TRIPPED
+
+
+@pytest.mark.parametrize("wrong", NEW_WRONG)
+def test_new_wrong_answers_pass_the_old_checks_but_not_the_differential_one(wrong):
+    _VERIFIED.clear()
+    _BY_STAT.clear()
+    with pytest.raises(LabCheckFailed, match="where the two differ|at call"):
+        E.check_same_as_reference(wrong)
+
+
+# whole_file, one_big_read and one_read_of_the_whole_size give the reference's answer on every story (their
+# fault is memory, or a file larger than any story writes): check_missing_and_large and check_loads_trusted_file
+# catch them, as test_wrong_answers_fail and test_sizes_and_types_nobody_listed show.
+NOT_FOR_THE_DIFFERENTIAL_CHECK = {"whole_file", "one_big_read", "one_read_of_the_whole_size"}
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        load_then_verify,
+        safe_load_then_verify,
+        verify_then_unsafe_load,
+        verify_then_pickle,
+        first_chunk_only,
+        case_sensitive,
+        prefix_compare,
+        short_compare,
+        substring_compare,
+        silent_message,
+        message_without_file,
+        value_error,
+        swallows_missing,
+        returns_bytes,
+        returns_nothing,
+        wraps_unpickling,
+        names_the_file_by_path_name,
+        missing_str_path_crashes,
+    ],
+)
+def test_the_differential_check_catches_the_old_wrong_answers(wrong):
+    with pytest.raises(LabCheckFailed, match="at call"):
+        E.check_same_as_reference(wrong)
+
+
+def test_the_differential_check_says_which_call_and_both_outcomes():
+    with pytest.raises(LabCheckFailed) as e:
+        E.check_same_as_reference(cache_by_size_and_mtime)
+    message = str(e.value)
+    assert "mtime set back" in message and "at call 2 the reference returns the state dict {'w': int64" in message
+    assert "yours raises WeightsIntegrityError" in message

@@ -26,6 +26,8 @@ example does not use, a constant where an argument belongs, the sign of a differ
 each must be refused with a message that names what to look at.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -482,3 +484,187 @@ def test_threshold_check_rejects(wrong, message):
 def test_failures_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_gate_failures(wrong)
+
+
+# --------------------------------------------------------------------------- the differential checks (issue 42)
+class ShapeKeyedCache(RightReader):  # state: converts each shape once - another dataset of that shape gets old rows
+    converted: dict = {}
+
+    def get_next(self):
+        data = ShapeKeyedCache.converted.setdefault(self.X.shape, np.ascontiguousarray(self.X, dtype=np.float32))
+        if self.position >= len(data):
+            return None
+        rows = data[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return {"input": rows}
+
+
+class CleansNaNInPlace(RightReader):  # state: np.nan_to_num(copy=False) writes into the caller's array
+    def get_next(self):
+        if self.position == 0 and self.X.dtype.kind == "f":
+            np.nan_to_num(self.X, copy=False)
+        return super().get_next()
+
+
+class BatchesFromTheEnd(RightReader):  # order: walks the data from its last row back, same batch sizes
+    def get_next(self):
+        if self.position >= len(self.X):
+            return None
+        stop = len(self.X) - self.position
+        rows = self.X[max(stop - self.batch_size, 0) : stop]
+        self.position += self.batch_size
+        return {"input": rows.astype(np.float32)}
+
+
+class HalfPrecision(RightReader):  # units: through float16 "to halve the memory": values lose bits
+    def get_next(self):
+        b = super().get_next()
+        return None if b is None else {"input": b["input"].astype(np.float16).astype(np.float32)}
+
+
+def classes_from_labels_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # boundary: max(y) + 1 classes
+    k = int(np.max(y)) + 1  # a class above every label is never predicted
+
+    def acc(predict):
+        return float((np.asarray(predict(X))[:, :k].argmax(1) == y).mean())
+
+    f, i = acc(fp32_predict), acc(int8_predict)
+    drop = (f - i) * 100
+    return {"passed": bool(drop <= max_drop_points + 1e-9), "fp32_accuracy": f, "int8_accuracy": i, "drop_points": drop}
+
+
+def zero_means_default_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # boundary: 0 taken as "unset"
+    return right_gate(fp32_predict, int8_predict, X, y, max_drop_points or 0.5)
+
+
+def label_encoded_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # parsing: np.unique re-numbers labels
+    _, codes = np.unique(y, return_inverse=True)  # right only when every class appears among the labels
+    return right_gate(fp32_predict, int8_predict, X, codes, max_drop_points)
+
+
+def shuffles_in_place_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # state: reorders the caller's data
+    perm = np.random.default_rng(0).permutation(len(y))
+    X[:] = X[perm]
+    y[:] = y[perm]
+    return right_gate(fp32_predict, int8_predict, X, y, max_drop_points)
+
+
+def relative_drop_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # units: percent of FP32, not points
+    out = right_gate(fp32_predict, int8_predict, X, y, max_drop_points)
+    f, i = out["fp32_accuracy"], out["int8_accuracy"]
+    out["drop_points"] = (f - i) / f * 100 if f else 0.0
+    out["passed"] = bool(out["drop_points"] <= max_drop_points + 1e-9)
+    return out
+
+
+def float32_accuracy_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):  # rounding: means taken in float32
+    f = (np.asarray(fp32_predict(X)).argmax(1) == y).mean(dtype=np.float32)
+    i = (np.asarray(int8_predict(X)).argmax(1) == y).mean(dtype=np.float32)
+    drop = (f - i) * 100
+    return {"passed": bool(drop <= max_drop_points + 1e-9), "fp32_accuracy": f, "int8_accuracy": i, "drop_points": drop}
+
+
+NEW_WRONG_READERS = [ShapeKeyedCache, CleansNaNInPlace, BatchesFromTheEnd, HalfPrecision]
+NEW_WRONG_GATES = [
+    classes_from_labels_gate,
+    zero_means_default_gate,
+    label_encoded_gate,
+    shuffles_in_place_gate,
+    relative_drop_gate,
+    float32_accuracy_gate,
+]
+
+
+@pytest.mark.parametrize("reader", [RightReader, BufferReader])
+def test_right_readers_agree_with_the_reference(reader):
+    lab.check_reader_same_as_reference(reader)
+
+
+@pytest.mark.parametrize("gate", [right_gate, counting_gate])
+def test_right_gates_agree_with_the_reference(gate):
+    lab.check_gate_same_as_reference(gate)
+
+
+DIFFERS = "where the two differ|should be|changed its input|not implemented yet"
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        NeverEnds,
+        Float64Reader,
+        FirstBatchOnly,
+        WrongName,
+        StubReader,
+        DropsLastPartial,
+        SkipsARow,
+        Rescales,
+        WrapsAround,
+        Fixed32,
+        EmptyLastBatch,
+        SqueezesOneRow,
+        Assumes64Columns,
+        OwnIterator,
+        SharedCursor,
+        *NEW_WRONG_READERS,
+    ],
+)
+def test_the_reader_differential_check_catches_every_wrong_reader(wrong):
+    ShapeKeyedCache.converted.clear()
+    with pytest.raises(LabCheckFailed, match=DIFFERS):
+        lab.check_reader_same_as_reference(wrong)
+
+
+# empty_passes_gate, swallowing_gate and zip_gate give the reference's answer wherever the gate can measure (rows,
+# models that answer, one row of logits per input): what they get wrong is refusing what cannot be measured, which
+# check_gate_failures tries and the differential check leaves alone (raising and passed=False are both right there).
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        agreement_gate,
+        perfect_baseline_gate,
+        published_baseline_gate,
+        fixed_threshold_gate,
+        fraction_gate,
+        stub_gate,
+        swapped_fields_gate,
+        copy_paste_gate,
+        percent_fields_gate,
+        fixed_n_gate,
+        binary_only_gate,
+        abs_gate,
+        reversed_gate,
+        clipped_gate,
+        strict_gate,
+        no_epsilon_gate,
+        rounding_gate,
+        loose_gate,
+        default_one_gate,
+        subset_gate,
+        string_verdict_gate,
+        *NEW_WRONG_GATES,
+    ],
+)
+def test_the_gate_differential_check_catches_every_wrong_gate(wrong):
+    with pytest.raises(LabCheckFailed, match=DIFFERS):
+        lab.check_gate_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize("wrong", [empty_passes_gate, swallowing_gate, zip_gate])
+def test_what_the_gate_differential_check_leaves_to_the_failures_check(wrong):
+    lab.check_gate_same_as_reference(wrong)
+    with pytest.raises(LabCheckFailed):
+        lab.check_gate_failures(wrong)
+
+
+def test_the_differential_checks_name_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_gate_same_as_reference(label_encoded_gate)
+    assert "the smallest input found where the two differ" in str(e.value)
+    assert re.search(r"accuracy should be [0-9.]+; yours is [0-9.]+", str(e.value))
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_gate_same_as_reference(shuffles_in_place_gate)
+    assert "your function changed its input `X`" in str(e.value)
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_reader_same_as_reference(BatchesFromTheEnd)
+    assert re.search(r"at call \d+ \(get_next\(\)\) the reference gives a float32 batch", str(e.value))

@@ -231,3 +231,120 @@ def test_settings_checks_take_the_learners_function():
     lab.check_service_settings(lambda: TUNED)
     with pytest.raises(LabCheckFailed, match="not implemented"):
         lab.check_service_settings(stub)
+
+
+# --------------------------------------------------------------------------- the differential check (slo_verdict)
+
+
+def rounds_p99(r, t, b, e):
+    """Units and rounding: the p99 rounded to whole ms before it is compared (500.4 ms 'meets' 500)."""
+    ok = r.rps >= 0.9 * t and round(r.stats.p99_ms) <= b and r.error_rate <= e
+    return ok, "meets the SLO" if ok else "missed"
+
+
+def whole_rps(r, t, b, e):
+    """Units and rounding: served throughput truncated to whole requests per second."""
+    ok = int(r.rps) >= 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e
+    return ok, "meets the SLO" if ok else "missed"
+
+
+def strict_throughput(r, t, b, e):
+    """Boundaries: throughput must pass 90 % (>) where reaching it (>=) is enough."""
+    ok = r.rps > 0.9 * t and r.stats.p99_ms <= b and r.error_rate <= e
+    return ok, "meets the SLO" if ok else "missed"
+
+
+def zero_error_budget_is_no_limit(r, t, b, e):
+    """Boundaries: `if max_error_rate and ...`: a budget of 0 reads as no limit."""
+    ok = r.rps >= 0.9 * t and r.stats.p99_ms <= b and not (e and r.error_rate > e)
+    return ok, "meets the SLO" if ok else "missed"
+
+
+def sorts_records_in_place(r, t, b, e):
+    """State: sorts the caller's records by latency (to look at the slow ones), changing the result it was given."""
+    r.records.sort(key=lambda rec: rec.latency_ms)
+    return right_verdict(r, t, b, e)
+
+
+def p99_from_ok_records_only(r, t, b, e):
+    """Parsing: computes its own p99 from the successful records only (the SLO's p99 counts failures too)."""
+    import numpy as np
+
+    p99 = float(np.percentile([x.latency_ms for x in r.records if x.ok], 99))
+    ok = r.rps >= 0.9 * t and p99 <= b and r.error_rate <= e
+    return ok, "meets the SLO" if ok else "missed"
+
+
+NEW_WRONG_VERDICTS = {
+    "rounds p99": rounds_p99,
+    "whole rps": whole_rps,
+    "strict throughput": strict_throughput,
+    "zero error budget is no limit": zero_error_budget_is_no_limit,
+    "sorts records in place": sorts_records_in_place,
+    "p99 from ok records only": p99_from_ok_records_only,
+}
+
+
+def test_the_differential_check_passes_the_right_answers():
+    lab.check_slo_verdict_same_as_reference(right_verdict)
+    lab.check_slo_verdict_same_as_reference(lab._reference_slo_verdict)
+
+
+@pytest.mark.parametrize("name", list(NEW_WRONG_VERDICTS))
+def test_new_wrong_verdicts_pass_the_cases_but_not_the_differential_check(name):
+    lab.check_slo_verdict(NEW_WRONG_VERDICTS[name])  # the listed cases do not show these
+    with pytest.raises(LabCheckFailed, match="where the two differ|changed its input"):
+        lab.check_slo_verdict_same_as_reference(NEW_WRONG_VERDICTS[name])
+
+
+@pytest.mark.parametrize("name", [*WRONG_VERDICTS, "stub"])
+def test_the_differential_check_catches_every_old_wrong_verdict(name):
+    with pytest.raises(LabCheckFailed, match="where the two differ|not implemented"):
+        lab.check_slo_verdict_same_as_reference(WRONG_VERDICTS.get(name, stub))
+
+
+def test_the_settings_check_never_crashes_and_agrees_with_its_rules():
+    """check_service_settings over generated dicts: it passes exactly those its documented rules allow (keys from
+    ALLOWED_SETTINGS, whole numbers in range, no bools, what ServerConfig accepts), and refuses the rest with words."""
+    import math
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ailab.server.config import ServerConfig
+
+    values = st.one_of(
+        st.sampled_from([0, 1, 2, 16, 256, 257, 512, 513, -1, True, False, None, 16.0, 8.5, float("nan"), 1000, 1001]),
+        st.integers(-2, 600),
+        st.floats(-1, 1100),
+    )
+    keys = st.sampled_from([*sorted(lab.ALLOWED_SETTINGS), "batch_size", "Max_Batch_Size"])
+
+    def allowed(s):
+        if not s or set(s) - lab.ALLOWED_SETTINGS or any(isinstance(v, bool) for v in s.values()):
+            return False
+        b, w, width = s.get("max_batch_size", 32), s.get("max_wait_ms", 10.0), s.get("length_bucket_tokens")
+        if not (isinstance(b, int) and 1 <= b <= 256):
+            return False
+        if not (isinstance(w, (int, float)) and 0 <= w <= 1000 and not math.isnan(w)):
+            return False
+        if not (width is None or (isinstance(width, int) and 1 <= width <= 512)):
+            return False
+        try:
+            ServerConfig(**s)
+        except ValueError:
+            return False
+        return True
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(st.dictionaries(keys, values, max_size=4))
+    def run(s):
+        try:
+            lab.check_service_settings(s)
+            passed = True
+        except LabCheckFailed as e:
+            passed = False
+            assert "could not judge your answer" not in str(e), str(e)
+        assert passed == allowed(s), (s, passed)
+
+    run()

@@ -364,3 +364,130 @@ def test_tolerance_check_rejects(wrong, message):
 def test_failures_check_rejects(wrong, message):
     with pytest.raises(LabCheckFailed, match=message):
         lab.check_parity_failures(wrong)
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+def positional_model_parity(model, onnx_path, batch, tol=1e-4):  # order: calls the model with the dict's values in turn
+    got = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, batch)[0]
+    with torch.no_grad():
+        ref = model.eval()(*[torch.from_numpy(v) for v in batch.values()]).numpy()
+    assert got.shape == ref.shape
+    diff = float(np.abs(got - ref).max())
+    assert diff <= tol
+    return diff
+
+
+def zipped_feed_parity(model, onnx_path, batch, tol=1e-4):  # order: pairs the graph's input names with the values
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in sess.get_inputs()], batch.values()))
+    got = sess.run(None, feed)[0]
+    with torch.no_grad():
+        ref = model.eval()(**{k: torch.from_numpy(v) for k, v in batch.items()}).numpy()
+    assert got.shape == ref.shape
+    diff = float(np.abs(got - ref).max())
+    assert diff <= tol
+    return diff
+
+
+def zero_tol_is_default_parity(model, onnx_path, batch, tol=1e-4):  # boundary: `tol or 1e-4` - 0 means "not given"
+    return right_parity(model, onnx_path, batch, tol or 1e-4)
+
+
+def slack_parity(model, onnx_path, batch, tol=1e-4):  # boundary: "float slack" of 1e-6 above tol
+    got, ref = _outputs(model, onnx_path, batch)
+    assert got.shape == ref.shape
+    diff = float(np.abs(got - ref).max())
+    assert diff <= tol + 1e-6
+    return diff
+
+
+_SESSIONS: dict = {}
+
+
+def session_cache_parity(model, onnx_path, batch, tol=1e-4):  # state: one InferenceSession per path, kept forever
+    key = str(onnx_path)
+    if key not in _SESSIONS:
+        _SESSIONS[key] = ort.InferenceSession(key, providers=["CPUExecutionProvider"])
+    got = _SESSIONS[key].run(None, batch)[0]
+    with torch.no_grad():
+        ref = model.eval()(**{k: torch.from_numpy(v) for k, v in batch.items()}).numpy()
+    assert got.shape == ref.shape
+    diff = float(np.abs(got.astype(np.float64) - ref).max())
+    assert diff <= tol
+    return diff
+
+
+def masks_in_place_parity(model, onnx_path, batch, tol=1e-4):  # state: zeroes the caller's padding ids in place
+    batch["input_ids"] *= batch["attention_mask"]
+    return right_parity(model, onnx_path, batch, tol)
+
+
+def rounded_parity(model, onnx_path, batch, tol=1e-4):  # rounding: the difference rounded to 4 places, as printed
+    got, ref = _outputs(model, onnx_path, batch)
+    assert got.shape == ref.shape
+    diff = round(float(np.abs(got - ref).max()), 4)
+    assert diff <= tol
+    return diff
+
+
+def float16_parity(model, onnx_path, batch, tol=1e-4):  # units: compares in float16 "to ignore noise"
+    got, ref = _outputs(model, onnx_path, batch)
+    assert got.shape == ref.shape
+    diff = float(np.abs(got.astype(np.float16) - ref.astype(np.float16)).max())
+    assert diff <= tol
+    return diff
+
+
+NEW_WRONG = [
+    positional_model_parity,
+    zipped_feed_parity,
+    zero_tol_is_default_parity,
+    slack_parity,
+    session_cache_parity,
+    masks_in_place_parity,
+    rounded_parity,
+    float16_parity,
+]
+
+
+@pytest.mark.parametrize("parity", [right_parity, explicit_parity])
+def test_right_answers_agree_with_the_reference(parity):
+    lab.check_parity_same_as_reference(parity)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        shapes_only_parity,
+        fixed_tolerance_parity,
+        bool_parity,
+        mean_parity,
+        signed_parity,
+        first_row_parity,
+        strict_parity,
+        relative_parity,
+        train_mode_parity,
+        nan_blind_parity,
+        nanmax_parity,
+        broadcasting_parity,
+        swallowing_parity,
+        value_error_parity,
+        default_tol_parity,
+        no_raise_parity,
+        stub,
+        *NEW_WRONG,
+    ],
+)
+def test_the_differential_check_catches_every_wrong_parity_check(wrong):
+    _SESSIONS.clear()
+    with pytest.raises(LabCheckFailed, match="the reference|max \\|onnx - torch\\||as a float|not implemented"):
+        lab.check_parity_same_as_reference(wrong)
+
+
+def test_the_differential_check_names_the_case_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_parity_same_as_reference(session_cache_parity)
+    assert "then at the same path" in str(e.value) and "at call 2: the max |onnx - torch| is 0.5" in str(e.value)
+    with pytest.raises(LabCheckFailed) as e:
+        lab.check_parity_same_as_reference(zipped_feed_parity)
+    assert "keys ['attention_mask', 'input_ids']" in str(e.value)

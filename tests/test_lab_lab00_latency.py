@@ -403,3 +403,140 @@ def test_the_stub_fails_every_check():
     for c in ALL_CHECKS:
         with pytest.raises(LabCheckFailed, match="not implemented yet"):
             c(stub)
+
+
+# --- the differential check (issue 42) -------------------------------------------------------------------------
+
+
+def whole_ms_ticks(fn, sync=lambda: None, warmup=5, iters=30):
+    """Units and rounding: reads the clock in whole ms (perf_counter_ns() // 1_000_000), "now" truncated to ticks."""
+    clock = lambda: time.perf_counter_ns() // 1_000_000 / 1e3  # noqa: E731 - seconds, in whole ms
+    return _result(*np.percentile(_timed(fn, sync, warmup, iters, clock=clock), [50, 95, 99]), iters)
+
+
+def int_ms_samples(fn, sync=lambda: None, warmup=5, iters=30):
+    """Units and rounding: each sample truncated to whole ms with int(), "ms are enough"."""
+    s = [int(x) for x in _timed(fn, sync, warmup, iters)]
+    return _result(*np.percentile(s, [50, 95, 99]), iters)
+
+
+def rounded_to_a_tenth(fn, sync=lambda: None, warmup=5, iters=30):
+    """Units and rounding: each percentile rounded to 0.1 ms before it is returned."""
+    return {k: round(v, 1) if k != "n" else v for k, v in right(fn, sync, warmup, iters).items()}
+
+
+def warmup_only_above_one(fn, sync=lambda: None, warmup=5, iters=30):
+    """Boundaries: `if warmup > 1` ("one warm-up call is not worth it"), so warmup=1 times the cold call."""
+    return right(fn, sync, warmup if warmup > 1 else 0, iters)
+
+
+def first_index_skipped(fn, sync=lambda: None, warmup=5, iters=30):
+    """Boundaries: one loop over warmup + iters that starts timing when i > warmup (not >=): one sample short."""
+    s = []
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        if i > warmup:
+            s.append((time.perf_counter() - t0) * 1e3)
+    return _result(*np.percentile(s or [0.0], [50, 95, 99]), iters)
+
+
+def keeps_samples_between_calls(fn, sync=lambda: None, warmup=5, iters=30, _samples=[]):
+    """State: a default list argument collects the samples, so each call also reports the calls before it."""
+    _samples.extend(_timed(fn, sync, warmup, iters))
+    return _result(*np.percentile(_samples, [50, 95, 99]), iters)
+
+
+_WARMED = []
+
+
+def warms_up_once(fn, sync=lambda: None, warmup=5, iters=30):
+    """State: warms up on the first call only ("the process is warm now"), whatever function it is given next."""
+    w = 0 if _WARMED else warmup
+    _WARMED.append(True)
+    return right(fn, sync, w, iters)
+
+
+NEW_WRONG = [
+    whole_ms_ticks,
+    int_ms_samples,
+    rounded_to_a_tenth,
+    warmup_only_above_one,
+    first_index_skipped,
+    keeps_samples_between_calls,
+    warms_up_once,
+]
+
+
+@pytest.mark.parametrize("timer", [right, right_nearest_rank, right_statistics, right_ns, right_wraps_the_error])
+def test_right_answers_agree_with_the_reference(timer):
+    L.check_same_as_reference(timer)
+
+
+def test_the_reference_passes_every_check():
+    for c in ALL_CHECKS:
+        c(L._reference_measure_latency)
+
+
+# what the differential check cannot see: errors are never raised by its fake device (check_errors_propagate),
+# and iters=0, which the contract leaves open (raise or NaN), is never drawn (check_boundaries)
+NOT_DIFFERENTIAL = {
+    swallows_errors,
+    swallows_warmup_errors,
+    swallows_sync_errors,
+    retries_until_it_works,
+    hides_the_error,
+    zeros_when_empty,
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize(
+    "wrong", [w for w in dict.fromkeys(w for _, w, _ in WRONG) if w not in NOT_DIFFERENTIAL] + NEW_WRONG
+)
+def test_the_differential_check_catches_every_wrong_answer(wrong):
+    _WARMED.clear()
+    with pytest.raises(LabCheckFailed, match="where the two differ|on measure_latency"):
+        L.check_same_as_reference(wrong)
+
+
+@pytest.mark.parametrize("wrong", sorted(NOT_DIFFERENTIAL, key=lambda w: w.__name__))
+def test_what_the_differential_check_leaves_to_the_others(wrong):
+    L.check_same_as_reference(wrong)
+    assert any(_fails(c, wrong) for c in ALL_CHECKS)
+
+
+def _fails(chk, wrong):
+    try:
+        chk(wrong)
+    except LabCheckFailed:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("wrong", [whole_ms_ticks, rounded_to_a_tenth, warmup_only_above_one])
+def test_the_old_checks_miss_what_the_differential_check_catches(wrong):
+    """These got past the hand-picked cases, whose durations are whole ms and whose warmup is never 1."""
+    _WARMED.clear()
+    for c in ALL_CHECKS:
+        c(wrong)
+
+
+def test_the_differential_check_names_the_input_and_both_answers():
+    with pytest.raises(LabCheckFailed) as e:
+        L.check_same_as_reference(int_ms_samples)
+    assert "measure_latency(fn, sync" in str(e.value) and "the reference says" in str(e.value)
+
+
+def test_a_wrong_type_gets_words_from_the_differential_check():
+    with pytest.raises(LabCheckFailed, match="should return a dict"):
+        L.check_same_as_reference(lambda fn, **kw: 3.0)
+
+
+def test_the_stub_fails_the_differential_check():
+    def stub(*a, **k):
+        raise NotImplementedError("measure_latency() is not implemented yet: write your answer here")
+
+    with pytest.raises(LabCheckFailed, match="not implemented yet"):
+        L.check_same_as_reference(stub)

@@ -151,3 +151,23 @@ def test_tensors_and_modules_are_compared_as_data():
     with torch.no_grad():
         twin.weight.zero_()
     assert not same_value(m, twin)
+
+
+def test_the_inputs_do_not_depend_on_the_modules_loaded():
+    """Hypothesis draws literals from loaded modules' source; inside a check it must not, or a learner's notebook
+    (or the tests that ran before) would change the questions asked."""
+    from hypothesis.internal.conjecture import providers
+
+    from ailab.labs.differential import _only_the_strategys_own_constants
+
+    before = providers._get_local_constants
+    with _only_the_strategys_own_constants():
+        local = providers._get_local_constants()
+        assert not (local.integers or local.floats or local.bytes or local.strings)
+        assert providers.CONSTANTS_CACHE == {}
+    assert providers._get_local_constants is before
+
+
+def test_a_strategy_that_draws_no_tuple_is_a_checker_defect():
+    with pytest.raises(TypeError, match="not a tuple of arguments"):
+        same_as_reference(total, total, st.fixed_dictionaries({"xs": st.just([1])}))

@@ -14,7 +14,10 @@ The checks are derived from what the function must guarantee:
     reached exactly (>=), `for_s = 0` fires at once, `for_s` longer than the series never fires;
   - one sample that does not hold resets the alert, and the clock restarts at the next holding sample;
     firing is not latched; NaN (no data) never holds and resets too, while +inf is data and holds (-inf does not);
-  - on random series (spacing, NaNs, thresholds, for_s) the states equal ailab.monitoring.evaluate's.
+  - on random series (spacing, NaNs, thresholds, for_s) the states equal ailab.monitoring.evaluate's;
+  - on generated series (Hypothesis: timestamps from 0, negative, int or near 1.7e9 and 2**31; steps that make
+    `ts - start == for_s` exact; values at, just above and just below the threshold, NaN, +-inf; int thresholds
+    and for_s; for_s = 0) every state equals the evaluator's, and the series given is left as it was.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from __future__ import annotations
 import math
 import random
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import exactly, same_as_reference, short
 from ailab.monitoring import Rule, evaluate
 
 LAB = "ex_alert_states"
@@ -254,3 +258,111 @@ def check_random_series(alert_states):
             )
             series.append((ts, v))
         _same(alert_states, series, threshold, for_s, f"random series #{case}")
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def _series():
+    """Hypothesis: (series, threshold, for_s) as the contract allows them.
+
+    Steps are whole multiples of 1/64 s and start times are exact, so `ts - start` is exact and equal to for_s
+    where the contract's boundary is (an answer that writes `ts >= start + for_s` is not judged by rounding noise).
+    """
+    from hypothesis import strategies as st
+
+    nan, inf = float("nan"), float("inf")
+
+    @st.composite
+    def draw(d):
+        whole = d(st.sampled_from([False, False, True]))  # int timestamps, steps, threshold and for_s
+        if whole:
+            start = d(st.sampled_from([0, 0, 1, 1_700_000_000, 2**31 + 7, -30]))
+            steps = d(st.lists(st.sampled_from([1, 2, 5, 15, 30]) | st.integers(1, 90), max_size=20))
+            threshold = d(st.sampled_from([200, 0, -2, 1]) | st.integers(-5, 300))
+        else:
+            start = d(st.sampled_from([0.0, 0.0, 0.75, 1.7e9, 1_700_000_000.25, 2.0**31, -100.5]))
+            steps = d(
+                st.lists(st.sampled_from([0.25, 0.5, 1.0, 0.75, 2.5, 15.0]) | st.integers(1, 64 * 3), max_size=20)
+            )
+            steps = [s if isinstance(s, float) else s / 64 for s in steps]
+            threshold = d(
+                st.sampled_from([200.0, 0.01, 0.0, -2.0, 1e6]) | st.floats(-1e3, 1e3, allow_nan=False, width=32)
+            )
+        stamps, ts = [], start
+        for step in [0, *steps]:
+            ts += step
+            stamps.append(ts)
+        i = d(st.integers(0, max(len(stamps) - 1, 0)))
+        j = d(st.integers(i, max(len(stamps) - 1, 0)))
+        held = stamps[j] - stamps[i] if stamps else 0  # a for_s that some run of samples reaches exactly
+        choices = [st.just(held), st.sampled_from([0, 1, 5, 45, 300])]
+        if not whole:
+            choices += [st.sampled_from([0.0, 0.25, 0.5, 2.5, 12.5]), st.integers(0, 64 * 60).map(lambda k: k / 64)]
+        for_s = d(st.one_of(*choices))
+        above = [threshold + 1, threshold + 250]
+        below = [threshold - 1, threshold - 250]
+        special = [threshold]
+        if not whole:
+            t = float(threshold)
+            above += [math.nextafter(t, inf), t + abs(t) * 0.5 + 0.001, inf]
+            below += [math.nextafter(t, -inf), -inf]
+            special += [nan]
+        values = st.sampled_from(above + above + below + special + special)
+        series = [(ts, d(values)) for ts in stamps] if d(st.integers(0, 19)) else []
+        return series, threshold, for_s
+
+    return draw()
+
+
+def _describe(series, threshold, for_s):
+    return f"series={short(series)} ({len(series)} samples), threshold={threshold!r}, for_s={for_s!r}"
+
+
+def _states_only(mine, ref):
+    """exactly(), with the sample where the states first differ named in the learner's words."""
+    if not isinstance(mine, list):
+        return f"alert_states should return a list of str like {short(ref)}; got {short(mine)}"
+    if len(mine) != len(ref):
+        return f"{len(ref)} samples should give {len(ref)} states; yours gave {len(mine)}: {short(mine)}"
+    for i, (a, b) in enumerate(zip(mine, ref)):
+        if a != b:
+            return f"sample {i} should be {b!r}, yours is {a!r}: the reference gives {short(ref)}, yours {short(mine)}"
+    return exactly(mine, ref)
+
+
+def _same_on_every_call(*args, **kwargs):
+    """same_as_reference, where an answer that changes between two calls on one input is told as such.
+
+    (The kit lets Hypothesis's Flaky error through, which the learner would read as a defect in the check.)
+    """
+    from hypothesis.errors import Flaky
+
+    try:
+        same_as_reference(*args, **kwargs)
+    except Flaky:
+        raise LabCheckFailed(
+            "the same input gave different states on two calls: your function keeps something from one call to "
+            "the next (a global, a mutable default argument, a cache); the states should depend only on the "
+            "series, threshold and for_s given"
+        ) from None
+
+
+@check(LAB, "gives the evaluator's state on every sample of every series tried")
+def check_same_as_reference(alert_states):
+    _same_on_every_call(
+        alert_states,
+        reference,
+        _series(),
+        describe=_describe,
+        compare=_states_only,
+        edges=[
+            ([], 200.0, 5.0),
+            ([(0.0, 250.0), (1.0, 250.0), (2.0, 250.0)], 200.0, 2.0),  # a run that starts at t=0
+            ([(0, 201), (5, 201), (7, 150), (8, 201)], 200, 5),  # int timestamps, held exactly for_s
+            ([(0.0, 250.0)], 200.0, 1.0),  # a new series holding after one that ended holding: a fresh clock
+            ([(1.25, 250.0), (1.75, 250.0)], 200.0, 0.5),  # held 0.5 s within one whole second
+        ],
+        arg_names=("series", "threshold", "for_s"),
+        examples=300,
+    )

@@ -21,6 +21,11 @@ The checks are derived from what the function must guarantee:
   errors: shapes that differ but broadcast ((N, C) against (N, 1) or (1, C)) or that hold the same number of
       elements transposed raise ValueError naming both shapes; NaN or +-inf in the candidate or the reference
       raises ValueError naming which one; finite fp16 extremes (65504) are no error.
+  against a reference (the solution) on generated pairs: (N, C) with N and C from 1 to 6, each side fp16, fp32
+  or fp64, values up to 65504, rows equal, nudged, scaled, opposite or with their top class swapped, C- or
+  Fortran-ordered, now and then another shape or a NaN / inf in either; the four figures must match to 1e-9 (or
+  a ValueError be raised where the reference raises one). Rows that tie for their top value or are all zero
+  are never drawn: the contract leaves them open.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import math
 import numpy as np
 
 from ailab.labs.core import check, expect
+from ailab.labs.differential import close, same_as_reference, short
 
 LAB = "ex_compare_outputs"
 
@@ -211,4 +217,132 @@ def check_refuses_bad_input(compare_outputs):
     out = _compare(compare_outputs, half, half.copy(), "finite fp16 extremes (65504, fp16's largest value)")
     expect(
         out["max_abs"] == 0.0, f"finite fp16 extremes are valid outputs: max_abs should be 0.0; got {out['max_abs']!r}"
+    )
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _reference_compare_outputs(reference, candidate):
+    """The solution: float64 copies, shapes then finiteness refused, then the four figures."""
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64)
+    if ref.shape != cand.shape:
+        raise ValueError(f"shapes differ: reference {ref.shape}, candidate {cand.shape}")
+    for name, x in (("reference", ref), ("candidate", cand)):
+        if not np.isfinite(x).all():
+            raise ValueError(f"the {name} holds NaN or inf: its outputs are broken, not close or far")
+    diff = np.abs(ref - cand)
+    cosines = (ref * cand).sum(axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1))
+    return {
+        "max_abs": float(diff.max()),
+        "mean_abs": float(diff.mean()),
+        "min_row_cosine": float(cosines.min()),
+        "argmax_agreement": float((ref.argmax(axis=1) == cand.argmax(axis=1)).mean()),
+    }
+
+
+_DTYPES = (np.float64, np.float32, np.float16)
+_SCALES = (1.0, 0.25, 7.0, 8000.0, 8188.0)  # 8 * 8188 = 65504, fp16's largest finite value
+_ROW_MOVES = ("same", "same", "nudge", "nudge", "double", "half", "opposite", "swap", "shift")
+_BREAKS = ("transposed", "one column", "one row", "one more column", "nan", "inf", "-inf")
+
+
+def _output_pairs():
+    """Hypothesis: (reference, candidate) - (N, C) with N, C from 1 to 6 (N = 1, C = 1, N != C), each of fp16,
+    fp32 or fp64 on its own, values up to fp16's 65504, rows the same, nudged, scaled, opposite or with their top
+    class swapped, C- or F-ordered; now and then another shape or a NaN / inf in either. Rows never tie for their
+    largest value and are never all zero (the contract leaves both open)."""
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    row = st.tuples(
+        st.lists(st.integers(-8, 8), min_size=6, max_size=6, unique=True),
+        st.integers(0, len(_ROW_MOVES) - 1),
+        st.sampled_from([1e-3, 0.01, 0.3, -0.3]),
+        st.integers(0, 5),
+    )
+
+    @st.composite
+    def draw(d):
+        n, c = d(st.integers(1, 6)), d(st.integers(1, 6))
+        scale = d(st.sampled_from(_SCALES))
+        rows = d(st.lists(row, min_size=n, max_size=n))
+        ref = np.array([[v or 1 for v in values[:c]] if c == 1 else values[:c] for values, *_ in rows], float)
+        ref *= scale
+        cand = ref.copy()
+        for i, (_, move, step, j) in enumerate(rows):
+            how = _ROW_MOVES[move]
+            if how == "nudge":
+                cand[i, j % c] += step * max(1.0, scale / 100)
+            elif how in ("double", "half", "opposite"):
+                cand[i] *= {"double": 2.0, "half": 0.5, "opposite": -1.0}[how]
+            elif how == "swap" and c > 1:  # the top class changes place with another one
+                top, other = int(cand[i].argmax()), j % c
+                cand[i, [top, other]] = cand[i, [other, top]]
+            elif how == "shift":  # every value moved by the same step
+                cand[i] += step
+        kinds = d(st.tuples(*[st.integers(0, 2)] * 2))
+        if scale == 8188.0 and 2 in kinds and d(st.booleans()):
+            cand = np.clip(cand, -65504.0, 65504.0)  # doubled fp16 extremes would not be finite fp16 inputs
+        a, b = ref.astype(_DTYPES[kinds[0]]), np.clip(cand, -65504.0, 65504.0).astype(_DTYPES[kinds[1]])
+        for x in (a, b):
+            x64 = x.astype(np.float64)
+            assume((np.linalg.norm(x64, axis=1) > 0).all())
+            assume(((x64 == x64.max(axis=1, keepdims=True)).sum(axis=1) == 1).all())  # no tie for the top
+        broken = d(st.integers(0, 3 * len(_BREAKS)))
+        if broken < len(_BREAKS):
+            how, at = _BREAKS[broken], d(st.tuples(st.booleans(), st.integers(0, 35)))
+            if how == "transposed":
+                b = b.T.copy()
+            elif how == "one column":
+                b = b[:, :1].copy()
+            elif how == "one row":
+                b = b[:1].copy()
+            elif how == "one more column":
+                b = np.concatenate([b, b[:, :1]], axis=1)
+            else:
+                x = a if at[0] else b
+                x.flat[at[1] % x.size] = float(how)
+        if d(st.booleans()):
+            a, b = (np.asfortranarray(a), b) if d(st.booleans()) else (a, np.asfortranarray(b))
+        return a, b
+
+    return draw()
+
+
+def _same_figures(mine, ref):
+    """The four figures to 1e-9 (float64 arithmetic in another order differs by far less), extra keys ignored."""
+    if not isinstance(mine, dict) or not set(KEYS) <= set(mine):
+        return f"your answer should be a dict with the keys {list(KEYS)}; got {short(mine)}"
+    return close(rel=1e-9, abs_=1e-12)({k: mine[k] for k in KEYS}, ref)
+
+
+def _describe_arrays(reference, candidate):
+    def one(x):
+        order = ", Fortran order" if x.flags.f_contiguous and not x.flags.c_contiguous else ""
+        return f"np.array({x.tolist()}, dtype={x.dtype}{order})"
+
+    return f"reference={one(reference)}, candidate={one(candidate)}"
+
+
+@check(LAB, "agrees with the reference on every pair of outputs tried")
+def check_same_as_reference(compare_outputs):
+    same_as_reference(
+        compare_outputs,
+        _reference_compare_outputs,
+        _output_pairs(),
+        describe=_describe_arrays,
+        compare=_same_figures,
+        edges=[
+            (np.array([[2.0], [-3.0]]), np.array([[2.5], [3.0]])),  # one class: the cosine of a row is its sign
+            (np.array([[1.0, 2.0, 3.0]]), np.array([[3.0, 2.0, 1.0]])),  # a single row
+            (np.array([[1e-3, 2e-3], [3.0, 1.0]]), np.array([[1.1e-3, 2e-3], [3.0, 1.0 + 1e-7]])),  # small figures
+            (  # finite fp16 outputs whose difference (120000) does not fit in fp16
+                np.array([[60000.0, 1.0], [-60000.0, 2.0]], dtype=np.float16),
+                np.array([[-60000.0, 1.0], [60000.0, 2.0]], dtype=np.float16),
+            ),
+        ],
+        arg_names=("reference", "candidate"),
+        examples=200,
     )

@@ -15,6 +15,11 @@ The checks are derived from what the function must guarantee:
   not 1.1, a release candidate is not the release), also when either side is spelled as pip accepts but does not
   write (v1.0, 2.0.0-RC1, 1.0-1, 1.0.alpha1, 02.01), with both strings reported as given (not pip's normal
   spelling); the inputs are not modified.
+  Against a reference (packaging's canonicalize_name and Version, the contract written out) on generated
+  environments: names spelled in any case and with any run of separators on either side, versions in every
+  spelling pip accepts (leading zeros, v, epochs, pre/post/dev words, trailing zeros, local labels on the
+  installed side), the same or one field apart (a fourth release number, 1.10 against 1.1, release numbers past
+  2**31), unpinned extras, and the installed dict in another order; the rows must be exactly the reference's.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import copy
 
 from ailab.labs.core import check, expect
+from ailab.labs.differential import exactly, same_as_reference
 
 LAB = "ex_pin_drift"
 FIELDS = ("package", "pinned", "installed", "kind")
@@ -215,3 +221,174 @@ def check_versions(pin_drift):
             f"pinned {pinned!r}, installed {inst!r}: report both versions exactly as given (nothing stripped); "
             f"got pinned {rows[0]['pinned']!r}, installed {rows[0]['installed']!r}",
         )
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _reference_pin_drift(installed: dict, pins: dict) -> list[dict]:
+    """The contract, written with packaging (what pip uses): canonical names, versions compared as versions."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    have = {canonicalize_name(name): version for name, version in installed.items()}
+    rows = []
+    for name, pinned in pins.items():
+        package, version = canonicalize_name(name), have.get(canonicalize_name(name))
+        if version is None:
+            rows.append({"package": package, "pinned": pinned, "installed": None, "kind": "missing"})
+        elif Version(Version(version).public) != Version(pinned):
+            rows.append({"package": package, "pinned": pinned, "installed": version, "kind": "differs"})
+    return sorted(rows, key=lambda row: row["package"])
+
+
+# distinct to pip once normalised; several sort differently as written than normalised
+_NAMES = (
+    "numpy",
+    "scikit-learn",
+    "ruamel.yaml",
+    "typing_extensions",
+    "PyYAML",
+    "zope.interface",
+    "jupyter-book",
+    "a",
+    "z9",
+    "Memory_Profiler",
+    "torch",
+    "nvidia-cuda-runtime-cu12",
+)
+
+
+_RUNS = ("-", "_", ".", "--", "_-", "-.", "._", "-_.", "___")  # any run of separators is one '-' to pip
+_LOCALS = (None, "cpu", "cu121", "local.build1", "1")
+_MOVES = ("last", "more", "ten", "pre", "post", "dev", "epoch")
+
+
+def _pick(options, style):
+    return options[style % len(options)], style // len(options)
+
+
+def _spell_name(name: str, style: int) -> str:
+    """One way to write `name` that pip reads as the same: letters in either case, any run of separators."""
+    mask, style = _pick((0, -1, 0b1010101, style), style)
+    out = []
+    for i, ch in enumerate(name):
+        if ch in "-_.":
+            run, style = _pick(_RUNS, style)
+            out.append(run)
+        else:
+            out.append(ch.upper() if mask >> i & 1 else ch.lower())
+    return "".join(out)
+
+
+def _spell_version(rel, pre, post, dev, epoch, local, style: int) -> str:
+    """One spelling of a version: leading zeros, a 'v', other separators and words, trailing zeros (1.0 == 1.0.0).
+    `style` picks them all; 0, where a failing input shrinks to, is the plain spelling."""
+    padded, style = _pick([None, *range(len(rel))], style)
+    zeros, style = _pick((0, 1, 2), style)
+    parts = [("0" if i == padded else "") + str(n) for i, n in enumerate(rel)] + ["0"] * zeros
+    prefix, style = _pick(("", "v", "V"), style)
+    text = prefix + (f"{epoch}!" if epoch else "") + ".".join(parts)
+    if pre:
+        words = {"a": ("a", "alpha", "A"), "b": ("b", "beta", "B"), "rc": ("rc", "RC", "c", "pre", "preview")}
+        sep, style = _pick(("", ".", "-", "_"), style)
+        word, style = _pick(words[pre[0]], style)
+        text += sep + word + str(pre[1])
+    if post is not None:
+        spelled, style = _pick((f".post{post}", f"post{post}", f"-{post}", f"-post{post}", f".r{post}"), style)
+        text += spelled
+    if dev is not None:
+        spelled, style = _pick((f".dev{dev}", f"dev{dev}", f"-dev{dev}"), style)
+        text += spelled
+    return text + ("+" + local if local else "")
+
+
+def _package(drawn) -> tuple[str, str, str, str | None]:
+    """(name as pinned, name as installed, pinned version, installed version or None) from one drawn tuple."""
+    i, rel, pre, post, dev, epoch, how, move, styles, local = drawn
+    name = _NAMES[i]
+    pinned = _spell_version(rel, pre, post, dev, epoch, None, styles[0])
+    if how == 0:
+        installed = None
+    elif how in (1, 2):  # the same version, spelled another way; with a local label (+cpu) or not
+        installed = _spell_version(rel, pre, post, dev, epoch, _LOCALS[local] if how == 2 else None, styles[1])
+    else:  # another version near the pinned one: one field moved
+        move = _MOVES[move]
+        if move == "last":
+            rel = [*rel[:-1], rel[-1] + 1 if rel[-1] == 0 or styles[2] % 2 else rel[-1] - 1]
+        elif move == "more":
+            rel = [*rel, *([0] * (3 - len(rel))), 1 + styles[2] % 3]  # 1.2.3.4 is not 1.2.3
+        elif move == "ten":
+            rel = [*rel[:-1], rel[-1] * 10 or 10]  # 1.10 is not 1.1
+        elif move == "pre":
+            pre = None if pre else ("rc", 1)
+        elif move == "post":
+            post = None if post is not None else 1
+        elif move == "dev":
+            dev = None if dev is not None else 0
+        else:
+            epoch = 1 - epoch
+        installed = _spell_version(rel, pre, post, dev, epoch, _LOCALS[local], styles[1])
+    return _spell_name(name, styles[3]), _spell_name(name, styles[4]), pinned, installed
+
+
+def _environments():
+    """Hypothesis: (installed, pins) - names spelled any way pip reads as the same, versions spelled any way pip
+    accepts, the same or near each other, release numbers past 2**31, epochs, local labels, unpinned extras, and
+    the installed dict in another order than the pins. Every draw is a fixed-shape tuple, built once (fast)."""
+    from hypothesis import strategies as st
+
+    number = st.one_of(st.integers(0, 12), st.sampled_from([2024, 2**31 - 1, 2**31, 2**31 + 1, 2**32]))
+    package = st.tuples(
+        st.integers(0, len(_NAMES) - 1),
+        st.lists(number, min_size=1, max_size=4),
+        st.one_of(st.none(), st.tuples(st.sampled_from(["a", "b", "rc"]), st.integers(0, 3))),
+        st.one_of(st.none(), st.integers(0, 3)),
+        st.one_of(st.none(), st.integers(0, 3)),
+        st.sampled_from([0, 0, 0, 1]),
+        st.integers(0, 4),  # 0 missing, 1 same, 2 same + local label, 3-4 another version
+        st.integers(0, len(_MOVES) - 1),
+        st.tuples(*[st.integers(0, 2**40)] * 5),
+        st.integers(0, len(_LOCALS) - 1),
+    )
+
+    @st.composite
+    def draw(d):
+        drawn = d(st.lists(package, max_size=5, unique_by=lambda t: t[0]))
+        extras = d(st.lists(st.integers(0, len(_NAMES) - 1), max_size=2, unique=True))
+        order = d(st.integers(0, 3))
+        pins, installed = {}, {}
+        for t in drawn:
+            as_pinned, as_installed, pinned, version = _package(t)
+            pins[as_pinned] = pinned
+            if version is not None:
+                installed[as_installed] = version
+        for i in extras:
+            if i not in {t[0] for t in drawn}:
+                installed[_spell_name(_NAMES[i], i)] = "1.0"  # installed, never pinned: no row
+        keys = list(installed)
+        keys = [keys, keys[::-1], sorted(keys), keys[1:] + keys[:1]][order]
+        return {k: installed[k] for k in keys}, pins
+
+    return draw()
+
+
+@check(LAB, "agrees with pip's rules on every environment tried")
+def check_same_as_reference(pin_drift):
+    same_as_reference(
+        pin_drift,
+        _reference_pin_drift,
+        _environments(),
+        describe=lambda installed, pins: f"installed={installed!r}, pins={pins!r}",
+        compare=exactly,
+        edges=[
+            ({}, {}),
+            ({"Pkg": "1.0"}, {}),
+            ({}, {"Zed_Pkg": "2.0"}),
+            ({"pkg": "2024.1.2147483648"}, {"PKG": "2024.1.2147483649"}),
+            ({"pkg": "1.2.3.4"}, {"pkg": "1.2.3.5"}),
+            ({"a": "2.0"}, {"a": "1.0", "b": "1.0"}),  # a differs, b missing: rows by package, not by kind
+        ],
+        arg_names=("installed", "pins"),
+        examples=200,
+    )

@@ -19,14 +19,20 @@ The checks are derived from what the function must guarantee:
   - the errors above are ValueError, not an IndexError, a TypeError or a silent answer over fewer than k
     columns, and the message names the value at fault (k, the widths, the row counts, the dimensions); "not
     2-D" is tried with 1-D, 3-D and 0-D inputs and with one 2-D input beside one that is not;
-  - on random cases (sizes, padding, duplicates, widths) the value equals the definition's.
+  - on random cases (sizes, padding, duplicates, widths) the value equals the definition's;
+  - on Hypothesis-drawn cases the value (or the ValueError) equals a reference that validates as above: 1 to 5
+    queries, k from 1 to the narrower width, widths above k and different, ids 0, -1 and beyond 2**31 (up to
+    2**40, 2**32 - 1 among them), repeats, int32 and int64 arrays and lists of lists, k as int or np.int64; and
+    k = 0, k = -1, k one past a width, row counts that differ, no queries, 1-D and 3-D inputs; the arrays given are
+    left as they were, and the same input gives the same answer on every call.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import close, same_as_reference, short
 
 LAB = "ex_recall_at_k"
 
@@ -264,3 +270,111 @@ def check_random(recall_at_k):
             k,
             f"random case #{case} ({q} queries, approx {approx.shape}, exact {exact.shape})",
         )
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def _reference_recall_at_k(approx_ids, exact_ids, k) -> float:
+    """`reference`, with the contract's ValueErrors first (the module's `reference` does not validate)."""
+    approx, exact = np.asarray(approx_ids), np.asarray(exact_ids)
+    if approx.ndim != 2 or exact.ndim != 2:
+        raise ValueError(f"expected 2-D arrays (queries, ids); got shapes {approx.shape} and {exact.shape}")
+    if approx.shape[0] != exact.shape[0] or approx.shape[0] == 0:
+        raise ValueError(f"need the same, non-zero number of queries; got {approx.shape[0]} and {exact.shape[0]}")
+    if not 1 <= k <= min(approx.shape[1], exact.shape[1]):
+        raise ValueError(f"k={k} must be between 1 and the number of columns ({approx.shape[1]}, {exact.shape[1]})")
+    return reference(approx, exact, k)
+
+
+_SMALL_IDS = [0, 1, 2, 3, 4, 5, 6, 7, 8, -1]
+_BIG_IDS = [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**32 + 5, 2**40 + 3]  # int32 wraps them onto small ones
+
+
+def _cases():
+    """Hypothesis: (approx_ids, exact_ids, k), mostly valid, a tenth of them something the contract refuses."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        q, k = d(st.integers(1, 5)), d(st.integers(1, 6))
+        wa, we = k + d(st.sampled_from([0, 0, 1, 3])), k + d(st.sampled_from([0, 0, 2]))
+        big = d(st.booleans())
+        pool = _SMALL_IDS + (_BIG_IDS if big else [])
+        exact = d(st.lists(st.lists(st.sampled_from(pool), min_size=we, max_size=we), min_size=q, max_size=q))
+        approx = [d(st.lists(st.sampled_from(row + pool), min_size=wa, max_size=wa)) for row in exact]  # often hits
+        bad = d(st.sampled_from(["none"] * 12 + ["k0", "kneg", "kwide", "narrow", "rows", "empty", "1d", "3d", "3d"]))
+        if bad == "k0":
+            k = 0
+        elif bad == "kneg":
+            k = -1
+        elif bad == "kwide":
+            k = min(wa, we) + 1
+        elif bad == "narrow":  # one side has fewer than k columns (none at all when k = 1), the other enough
+            if d(st.booleans()):
+                exact, we = [r[: k - 1] for r in exact], k - 1
+            else:
+                approx, wa = [r[: k - 1] for r in approx], k - 1
+        elif bad == "rows":
+            exact = exact[:-1] if q > 1 else exact + exact
+        elif bad == "empty":
+            approx, exact = [], []
+
+        def form(rows, width):
+            kind = d(st.sampled_from(["int64", "int64", "int32", "list"]))
+            if bad == "empty":
+                return np.zeros((0, width), dtype=np.int64)
+            if bad == "1d":
+                return np.array(rows[0], dtype=np.int64)
+            if bad == "3d":
+                return np.array([rows, rows], dtype=np.int64)
+            if kind == "list":
+                return [list(r) for r in rows]
+            return np.array(rows, dtype=np.int32 if kind == "int32" and not big else np.int64)
+
+        k = np.int64(k) if d(st.booleans()) else k
+        return form(approx, wa), form(exact, we), k
+
+    return draw()
+
+
+def _describe(approx_ids, exact_ids, k):
+    return f"approx_ids={short(approx_ids)}, exact_ids={short(exact_ids)}, k={k!r}"
+
+
+def _same_on_every_call(*args, **kwargs):
+    """same_as_reference, where an answer that changes between two calls on one input is told as such.
+
+    (The kit lets Hypothesis's Flaky error through, which the learner would read as a defect in the check.)
+    """
+    from hypothesis.errors import Flaky
+
+    try:
+        same_as_reference(*args, **kwargs)
+    except Flaky:
+        raise LabCheckFailed(
+            "the same ids gave different recalls on two calls: your function keeps something from one call to the "
+            "next (a global, a mutable default argument, a cache); the recall should depend only on the arrays "
+            "and k given"
+        ) from None
+
+
+@check(LAB, "the definition's recall (or its ValueError) on every case tried")
+def check_same_as_reference(recall_at_k):
+    big = np.array([[2**32 - 1, 2**32 + 5, 7]], dtype=np.int64)
+    _same_on_every_call(
+        recall_at_k,
+        _reference_recall_at_k,
+        _cases(),
+        describe=_describe,
+        compare=close(),
+        edges=[
+            (np.array([[1, 2, 3]]), np.array([[3, 1, 9]]), 3),
+            (np.array([[1, 2, 3]]), np.array([[3, 1, 2]]), 3),  # the same shapes again: nothing kept from before
+            (big, np.array([[-1, 5, 7]]), 3),  # ids beyond 2**31: 2**32 - 1 is not -1, 2**32 + 5 is not 5
+            (np.array([[1, 2, 3]]), np.array([[1, 2]]), 3),  # k beyond the exact array's columns only
+            (np.arange(6).reshape(2, 1, 3), np.arange(6).reshape(2, 1, 3), 1),  # 3-D: not a row of ids per query
+        ],
+        arg_names=("approx_ids", "exact_ids", "k"),
+        examples=250,
+    )

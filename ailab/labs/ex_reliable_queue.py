@@ -29,7 +29,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from ailab.labs.core import check, expect, shared, within_time
+from ailab.labs.core import LabCheckFailed, check, expect, shared, within_time
+from ailab.labs.differential import same_as_reference as _same_as_reference
 
 LAB = "ex_reliable_queue"
 
@@ -327,3 +328,219 @@ def check_crash_safety(claim, ack, reclaim):
         r.llen(b_processing) == 0 and r.llen(processing) == 0,
         "after the work is done, no processing list holds anything",
     )
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def same_as_reference(learner, reference, inputs, **kwargs):
+    """The kit's same_as_reference, where an answer that keeps something between calls (so the same input gets
+    another answer the second time) fails with words instead of Hypothesis's FlakyFailure."""
+    from hypothesis import errors
+
+    try:
+        _same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky as e:
+        raise LabCheckFailed(
+            "the same input got a different answer from your code the second time it was tried: it keeps something "
+            f"from one call to the next (a module-level or default-argument buffer, a cache). ({str(e)[:300]})"
+        ) from None
+
+
+def _reference_claim(r, queue, processing):
+    return r.lmove(queue, processing, "RIGHT", "LEFT")
+
+
+def _reference_ack(r, processing, job):
+    r.lrem(processing, 1, job)
+
+
+def _reference_reclaim(r, processing, queue):
+    moved = 0
+    while r.lmove(processing, queue, "LEFT", "RIGHT") is not None:
+        moved += 1
+    return moved
+
+
+_QUEUES, _PROCESSING = ("A", "B"), ("P", "Q")
+
+
+def _removals(held: list, job: bytes) -> set:
+    """Every list that removing one copy of `job` from `held` can leave."""
+    return {tuple(held[:i] + held[i + 1 :]) for i, x in enumerate(held) if x == job}
+
+
+def _as_bytes(x):
+    return x.encode() if isinstance(x, str) else x
+
+
+def _drive(claim, ack, reclaim):
+    """An adapter: run a program of claims, acks and reclaims on fresh keys; return what each step answered and
+    what the two queues (A, B) and two processing lists (P, Q) held after it."""
+
+    def run(program):
+        r = redis_client()
+        base = f"ex:diff:{uuid.uuid4().hex[:10]}"
+        key = {name: f"{base}:{name}" for name in _QUEUES + _PROCESSING}
+        queues, held, steps = program
+        for name, jobs in queues.items():
+            _push(r, key[name], jobs)
+        for name, jobs in held.items():
+            if jobs:
+                r.rpush(key[name], *jobs)
+        trace = []
+        for step in steps:
+            if step[0] == "claim":
+                _, q, p = step
+                if r.llen(key[q]) == 0:  # an empty claim may block a second: check_claim judges it
+                    continue
+                answer = _as_bytes(claim(r, key[q], key[p]))
+            elif step[0] == "ack":
+                _, p, job, as_str = step
+                if len(_removals(r.lrange(key[p], 0, -1), job)) > 1:  # which copy goes is the learner's choice
+                    continue
+                answer = ack(r, key[p], job.decode() if as_str else job)
+                answer = None  # ack's answer is not part of the contract
+            else:
+                _, p, q = step
+                answer = reclaim(r, key[p], key[q])
+            trace.append((step, answer, {name: r.lrange(key[name], 0, -1) for name in _QUEUES + _PROCESSING}))
+        return trace
+
+    return run
+
+
+def _say_step(step) -> str:
+    if step[0] == "claim":
+        return f"claim(r, queue {step[1]}, processing {step[2]})"
+    if step[0] == "ack":
+        return f"ack(r, processing {step[1]}, {step[2].decode() if step[3] else step[2]!r})"
+    return f"reclaim(r, processing {step[1]}, queue {step[2]})"
+
+
+def _compare_traces(mine, ref) -> str | None:
+    for (step, answer, lists), (_, want, want_lists) in zip(mine, ref):
+        if step[0] == "reclaim" and (not isinstance(answer, int) or isinstance(answer, bool)):
+            return f"{_say_step(step)} returned {answer!r}; it should return how many jobs it moved, {want}"
+        if answer != want:
+            return f"{_say_step(step)} returned {answer!r}; the reference returns {want!r}"
+        if lists != want_lists:
+            diff = [name for name in lists if lists[name] != want_lists[name]]
+            return (
+                f"after {_say_step(step)}, "
+                + "; ".join(f"{n} holds {lists[n]} where the reference's holds {want_lists[n]}" for n in diff)
+                + " (LRANGE order, newest on the left)"
+            )
+    return None if len(mine) == len(ref) else f"yours took {len(mine)} steps where the reference took {len(ref)}"
+
+
+def _programs():
+    """Hypothesis: what the two queues and two processing lists hold, then up to 14 claims, acks and reclaims."""
+    from hypothesis import strategies as st
+
+    job = st.sampled_from(
+        [b"job-1", b"job-2", b"job-3", b"", b"\x80\xff binary", b"2147483648", b"x\n", b" y ", b"Job-1"]
+    )
+    jobs = st.lists(job, max_size=5)
+    step = st.one_of(
+        st.tuples(st.just("claim"), st.sampled_from(_QUEUES), st.sampled_from(_PROCESSING)),
+        st.tuples(st.just("claim"), st.just("A"), st.just("P")),
+        st.tuples(st.just("ack"), st.sampled_from(_PROCESSING), job, st.booleans()).map(
+            lambda s: s if not s[3] or s[2].isascii() else (*s[:3], False)
+        ),
+        st.tuples(st.just("reclaim"), st.sampled_from(_PROCESSING), st.sampled_from(_QUEUES)),
+    )
+    return st.tuples(
+        st.fixed_dictionaries({"A": jobs, "B": jobs}),
+        st.fixed_dictionaries({"P": jobs, "Q": st.just([]) | jobs}),
+        st.lists(step, max_size=14),
+    ).map(lambda t: (t,))
+
+
+def _describe_program(program) -> str:
+    queues, held, steps = program
+    return (
+        f"queues A {list(reversed(queues['A']))} and B {list(reversed(queues['B']))} (LPUSHed in turn: the oldest on "
+        f"the right), processing lists P {held['P']} and Q {held['Q']}, then "
+        + (", ".join(_say_step(s) for s in steps) or "nothing")
+    )
+
+
+@check(LAB, "claim, ack and reclaim agree with the reference over any sequence of calls")
+def check_same_as_reference(claim, ack, reclaim):
+    same_as_reference(
+        _drive(claim, ack, reclaim),
+        _drive(_reference_claim, _reference_ack, _reference_reclaim),
+        _programs(),
+        describe=_describe_program,
+        compare=_compare_traces,
+        edges=[
+            (
+                (
+                    {"A": [b"a", b"b", b"c"], "B": []},
+                    {"P": [], "Q": []},
+                    [
+                        ("claim", "A", "P"),
+                        ("claim", "A", "P"),
+                        ("reclaim", "P", "A"),
+                        ("claim", "A", "P"),
+                        ("reclaim", "P", "A"),
+                        ("claim", "A", "P"),
+                        ("ack", "P", b"a", False),
+                        ("claim", "A", "P"),
+                        ("ack", "P", b"b", True),
+                    ],
+                ),
+            ),
+            (
+                (
+                    {"A": [b"", b"x\n"], "B": []},
+                    {"P": [], "Q": []},
+                    [("claim", "A", "P"), ("claim", "A", "Q"), ("ack", "P", b"", False), ("ack", "Q", b"x\n", True)],
+                ),
+            ),
+        ],
+        arg_names=("the program",),
+        examples=100,
+        limit_s=10.0,
+    )
+
+
+class _Counting:
+    """A Redis client that counts the calls made through it."""
+
+    def __init__(self, r):
+        self._r, self.calls = r, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._r, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+MAX_IDLE_CALLS = 25  # one call, or a poll every 40 ms or slower over a one-second wait
+
+
+@check(LAB, "claim on an empty queue waits without hammering Redis")
+def check_idle_claim_is_cheap(claim):
+    r = redis_client()
+    queue, processing = keys("idle")
+    for attempt in range(2):
+        client = _Counting(r)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        out = _timed(claim, client, queue, processing, what="claim() on an empty queue")
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+        expect(out is None, f"claim() on an empty queue should return None; got {out!r}")
+        expect(
+            client.calls <= MAX_IDLE_CALLS,
+            f"claim() on an empty queue made {client.calls} Redis calls in {wall:.2f} s ({cpu * 1000:.0f} ms of CPU): "
+            f"a loop that polls every few ms keeps a core and Redis busy for nothing; make one call, or a blocking "
+            f"move with a timeout (BLMOVE ... timeout) that lets Redis wait for you",
+        )
+        expect(r.llen(processing) == 0, "an empty claim must not put anything into processing")

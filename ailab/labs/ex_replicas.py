@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from ailab.labs.core import LabCheckFailed, check, expect, within_time
+from ailab.labs.differential import same_as_reference as _same_as_reference
 
 LAB = "ex_replicas"
 
@@ -231,3 +232,181 @@ def check_direction(replicas_needed):
         )
         prev = got
     expect(prev == 100, f"replicas_needed(1000, 100, 0.9) should be 100 (10 req/s usable each); got {prev}")
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def same_as_reference(learner, reference, inputs, **kwargs):
+    """The kit's same_as_reference, where an answer that keeps something between calls (so the same input gets
+    another answer the second time) fails with words instead of Hypothesis's FlakyFailure."""
+    from hypothesis import errors
+
+    try:
+        _same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky as e:
+        raise LabCheckFailed(
+            "the same input got a different answer from your code the second time it was tried: it keeps something "
+            f"from one call to the next (a module-level or default-argument buffer, a cache). ({str(e)[:300]})"
+        ) from None
+
+
+class _Refused(ValueError):
+    """The reference refuses: `must_name` is what the learner's ValueError message has to contain."""
+
+    def __init__(self, message: str, must_name: str):
+        super().__init__(message)
+        self.must_name = must_name
+
+
+def _reference_replicas_needed(target_rps, per_replica_rps, headroom=0.3, max_replicas=None):
+    """From the contract: validate, divide by one replica's usable capacity, round up past float noise."""
+    if not (math.isfinite(target_rps) and target_rps >= 0):
+        raise _Refused(f"target_rps must be a finite number >= 0; got {target_rps!r}", "target_rps")
+    if not (math.isfinite(per_replica_rps) and per_replica_rps > 0):
+        raise _Refused(f"per_replica_rps must be a finite number > 0; got {per_replica_rps!r}", "per_replica_rps")
+    if not 0 <= headroom < 1:
+        raise _Refused(f"headroom must be in [0, 1); got {headroom!r}", "headroom")
+    x = float(target_rps) / (float(per_replica_rps) * (1 - float(headroom)))
+    k = round(x)
+    n = max(1, int(k) if abs(x - k) <= 1e-9 else math.ceil(x))
+    if max_replicas is not None and n > max_replicas:
+        raise _Refused(f"the target needs {n} replicas, more than max_replicas={max_replicas}", str(n))
+    return n
+
+
+def _outcome(fn, args: tuple, kwargs: dict):
+    """What a call did, as data: ("value", v), ("ValueError", message) or ("raised", "Type: message")."""
+    try:
+        return ("value", fn(*args, **kwargs))
+    except NotImplementedError:
+        raise
+    except ValueError as e:
+        return ("ValueError", str(e))
+    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything; judged by _compare_outcomes
+        return ("raised", f"{type(e).__name__}: {e}")
+
+
+def _reference_outcome(args: tuple, kwargs: dict):
+    try:
+        return ("value", _reference_replicas_needed(*args, **kwargs))
+    except _Refused as e:
+        return ("ValueError", e.must_name)
+
+
+def _compare_outcomes(mine, ref) -> str | None:
+    kind, got = mine
+    if ref[0] == "value":
+        want = ref[1]
+        if kind != "value":
+            return f"yours raised {got if kind == 'raised' else f'ValueError: {got}'}; the answer is {want} replica(s)"
+        if not isinstance(got, int) or isinstance(got, bool):
+            return f"yours returned {got!r} ({type(got).__name__}); the answer is the int {want}"
+        return None if got == want else f"yours returned {got}; the answer is {want} replica(s)"
+    must = ref[1]
+    if kind == "value":
+        return f"yours returned {got!r}; it should raise a ValueError whose message names {must!r}"
+    if kind == "raised":
+        return f"yours raised {got}; it should raise a ValueError whose message names {must!r}"
+    return None if must in got else f"yours raised ValueError({got!r}): its message should name {must!r}"
+
+
+_OMIT = "omitted"
+
+
+def _replica_calls():
+    """Hypothesis: (args, kwargs) of a call, valid and nonsense, exact capacities, hairs above and below them."""
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    nan, inf = float("nan"), float("inf")
+
+    @st.composite
+    def draw(d):
+        per = d(
+            st.one_of(
+                st.sampled_from([1, 2.5, 7, 10, 100, 250, 10_000, 0.1, 3.3, 1e5]),
+                st.floats(1e-2, 1e5),
+                st.integers(1, 50_000),
+                st.sampled_from([0, -20, -0.5, nan, inf, -inf, 0.0]),  # nonsense
+            )
+        )
+        headroom = d(
+            st.one_of(
+                st.sampled_from([_OMIT, 0.0, 0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 0.9, 0.99, 0]),
+                st.floats(0.0, 0.999),
+                st.sampled_from([1.0, 1, 1.5, -0.1, nan, inf]),  # nonsense
+            )
+        )
+        h = 0.3 if headroom is _OMIT else headroom
+        ok_inputs = isinstance(per, (int, float)) and math.isfinite(per) and per > 0 and 0 <= h < 1
+        usable = per * (1 - h) if ok_inputs else 1.0
+        k = d(st.one_of(st.integers(0, 40), st.integers(0, 100_000)))
+        target = d(
+            st.one_of(
+                st.just(k * usable),  # exact capacity of k replicas (float noise and all)
+                st.floats(1e-6, 1e-2).map(lambda e: k * usable * (1 + e) if k else e * usable),  # a hair above
+                st.floats(1e-6, 1e-2).map(lambda e: k * usable * (1 - e)),  # a hair below
+                st.floats(0, 2e5).map(lambda x: x * usable),
+                st.sampled_from([0, 0.0, 0.001, 2**31 + 1, 1e-300]),
+                st.sampled_from([-5, -1e-9, nan, inf, -inf]),  # nonsense
+            )
+        )
+        if ok_inputs and isinstance(target, float) and math.isfinite(target) and target >= 0:
+            x = target / usable
+            near = round(x)
+            exact = abs(x - near) <= min(1e-13 * max(1, near), 1e-10)
+            clear = abs(x - near) >= max(1e-6, 1e-10 * near)
+            assume(x <= 2e5 and (exact or clear))  # between float noise and a hair the contract says nothing
+        if ok_inputs and isinstance(target, int):
+            assume(target / usable <= 2e5)
+        need = max(1, round(target / usable)) if ok_inputs and math.isfinite(target) and target >= 0 else 1
+        limit = d(
+            st.sampled_from(
+                [_OMIT, None, 0, need - 1, need, need + 1, 2**31, 2**31 + 7, 2**63 - 1, np.int64(need), 10 * need]
+            )
+        )
+        as_numpy = d(st.sampled_from(["no", "target", "per", "both"]))
+        if as_numpy in ("target", "both"):
+            target = np.float64(target)
+        if as_numpy in ("per", "both"):
+            per = np.int64(per) if isinstance(per, int) else np.float64(per)
+        args, kwargs = [target, per], {}
+        by_keyword = d(st.booleans())
+        if headroom is not _OMIT:
+            if by_keyword or limit is not _OMIT and d(st.booleans()):
+                kwargs["headroom"] = headroom
+            else:
+                args.append(headroom)
+        if limit is not _OMIT:
+            if "headroom" in kwargs or headroom is _OMIT or by_keyword:
+                kwargs["max_replicas"] = limit
+            else:
+                args.append(limit)
+        return tuple(args), kwargs
+
+    return draw()
+
+
+def _describe_call(args: tuple, kwargs: dict) -> str:
+    return "replicas_needed(" + ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]) + ")"
+
+
+@check(LAB, "agrees with the rule on every load, rate, headroom and limit tried")
+def check_same_as_reference(replicas_needed):
+    same_as_reference(
+        lambda args, kwargs: _outcome(replicas_needed, args, kwargs),
+        _reference_outcome,
+        _replica_calls(),
+        describe=_describe_call,
+        compare=_compare_outcomes,
+        edges=[
+            ((21, 10, 0.3), {}),
+            ((0, 100), {}),
+            ((1000, 100), {"max_replicas": 0}),
+            ((2**31 + 1, 10_000_000), {"max_replicas": np.int64(2**31)}),
+            ((100, 50, float("nan")), {}),
+        ],
+        arg_names=("the arguments", "the keyword arguments"),
+        examples=400,
+    )

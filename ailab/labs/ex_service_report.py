@@ -19,6 +19,10 @@ The checks are derived from what the function must guarantee:
   numpy array; the inputs are left as they were. A fallback is told by its "degraded" flag, not by its label: the
   fallback answers "unknown" in one example and the majority label (sometimes right) in another, where the
   model itself also answers "unknown" once.
+  Against a reference written from this contract, on Hypothesis-drawn requests (0 to 14; statuses 400 to 599;
+  answers with "degraded" True, False or missing, with extra keys such as "score"; equal answer dicts repeated;
+  labels as a list, a tuple or a numpy array, now and then of another length): the same four fields (close), the
+  same ValueError, the inputs left as they were, and the same answer on every call.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numbers
 
 import numpy as np
 
-from ailab.labs.core import answer, check, expect, refused
+from ailab.labs.core import LabCheckFailed, answer, check, expect, refused
+from ailab.labs.differential import close, same_as_reference, short
 
 LAB = "ex_service_report"
 FIELDS = ("n", "error_rate", "degraded_rate", "accuracy")
@@ -202,3 +207,107 @@ def check_edges(service_report):
             f"{what}: a ValueError, good, but its message {str(e)!r} should give both lengths, "
             f"{len(answers)} and {len(labels)}, so whoever reads it knows which side is short",
         )
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def _reference_service_report(answers, labels):
+    """The contract, written plainly: errors are non-dicts, fallbacks have a true "degraded", the rest is scored."""
+    if len(answers) != len(labels):
+        raise ValueError(f"{len(answers)} answers but {len(labels)} labels: they cannot be matched")
+    n = len(answers)
+    errors = sum(1 for a in answers if not isinstance(a, dict))
+    degraded = sum(1 for a in answers if isinstance(a, dict) and a.get("degraded"))
+    scored = [a["label"] == y for a, y in zip(answers, labels) if isinstance(a, dict) and not a.get("degraded")]
+    return {
+        "n": n,
+        "error_rate": errors / n if n else math.nan,
+        "degraded_rate": degraded / n if n else math.nan,
+        "accuracy": sum(scored) / len(scored) if scored else math.nan,
+    }
+
+
+_LABELS = (POS, NEG, "unknown", "neutral")
+
+
+def _requests():
+    """Hypothesis: (answers, labels) as a load test collects them."""
+    from hypothesis import strategies as st
+
+    status = st.sampled_from([400, 429, 503, 500, 404, 422, 502, 504, 599]) | st.integers(400, 599)
+    label = st.sampled_from(_LABELS)
+
+    @st.composite
+    def one_answer(d):
+        kind = d(st.sampled_from(["answer", "answer", "error", "degraded"]))
+        if kind == "error":
+            return d(status)
+        a = {"label": d(label)}
+        if d(st.booleans()):
+            a["score"] = d(st.sampled_from([0.5, 0.93, None]))
+        if kind == "degraded":
+            a["degraded"] = True
+        elif d(st.booleans()):
+            a["degraded"] = False
+        return a
+
+    @st.composite
+    def draw(d):
+        pool = d(st.lists(one_answer(), min_size=1, max_size=4))  # a few answers, repeated: equal dicts happen
+        answers = [dict(a) if isinstance(a, dict) else a for a in d(st.lists(st.sampled_from(pool), max_size=14))]
+        n = len(answers)
+        if d(st.integers(0, 9)) == 0:
+            n = max(0, n + d(st.sampled_from([-2, -1, 1, 2])))
+        labels = d(st.lists(label, min_size=n, max_size=n))
+        form = d(st.sampled_from(["list", "list", "tuple", "array"]))
+        return answers, (tuple(labels) if form == "tuple" else np.array(labels) if form == "array" else labels)
+
+    return draw()
+
+
+def _same_report(mine, ref):
+    """close() on the four fields; extra fields are the learner's business."""
+    if not isinstance(mine, dict):
+        return f"service_report should return a dict like {short(ref)}; got {short(mine)}"
+    missing = [k for k in FIELDS if k not in mine]
+    if missing:
+        return f"the report has no {missing} (it should hold {list(FIELDS)}); got {short(mine)}"
+    how = close()({k: mine[k] for k in FIELDS}, ref)
+    return how and f"{how}: the reference's report is {short(ref)}, yours {short({k: mine[k] for k in FIELDS})}"
+
+
+def _same_on_every_call(*args, **kwargs):
+    """same_as_reference, where an answer that changes between two calls on one input is told as such.
+
+    (The kit lets Hypothesis's Flaky error through, which the learner would read as a defect in the check.)
+    """
+    from hypothesis.errors import Flaky
+
+    try:
+        same_as_reference(*args, **kwargs)
+    except Flaky:
+        raise LabCheckFailed(
+            "the same requests gave different reports on two calls: your function keeps something from one call "
+            "to the next (a global counter, a mutable default argument, a cache); the report should depend only "
+            "on the answers and labels given"
+        ) from None
+
+
+@check(LAB, "the same report as the definition on every batch of requests tried")
+def check_same_as_reference(service_report):
+    _same_on_every_call(
+        service_report,
+        _reference_service_report,
+        _requests(),
+        describe=lambda answers, labels: f"answers={short(answers)}, labels={short(labels)}",
+        compare=_same_report,
+        edges=[
+            ([], []),
+            ([{"label": POS}, 400], [POS, NEG]),
+            ([{"label": POS}], [POS]),  # the same one request again: nothing carried over from the call before
+            ([{"label": NEG}, {"label": NEG}, {"label": NEG, "degraded": False}], [POS, NEG, NEG]),
+        ],
+        arg_names=("answers", "labels"),
+        examples=250,
+    )

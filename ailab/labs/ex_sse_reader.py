@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 from typing import Iterable, Iterator
 
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import same_as_reference as _same_as_reference
 
 LAB = "ex_sse_reader"
 
@@ -216,4 +217,154 @@ def check_streaming(read_events):
         f"with CR line ends the first event is complete once the second \\r has come (2 chunks), but it came out "
         f"as {first!r} after {chunks.taken} chunk(s): a lone \\r ends its line at once; only a \\n right "
         f"after it belongs to it",
+    )
+
+
+# --------------------------------------------------------------------------- the differential check
+
+
+def same_as_reference(learner, reference, inputs, **kwargs):
+    """The kit's same_as_reference, where an answer that keeps something between calls (so the same input gets
+    another answer the second time) fails with words instead of Hypothesis's FlakyFailure."""
+    from hypothesis import errors
+
+    try:
+        _same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky as e:
+        raise LabCheckFailed(
+            "the same input got a different answer from your code the second time it was tried: it keeps something "
+            f"from one call to the next (a module-level or default-argument buffer, a cache). ({str(e)[:300]})"
+        ) from None
+
+
+def _reference_read_events(chunks):
+    """From the contract (the WHATWG rules ailab's server uses): lines end at CR LF, CR or LF, whichever chunk they
+    fall in; field names are matched exactly; one leading space of a value is dropped; the data loses one "\\n"."""
+    import re
+
+    pending, name, data, after_cr = b"", "", [], False
+    for chunk in chunks:
+        if not chunk:
+            continue
+        if after_cr and chunk.startswith(b"\n"):  # the \n of a \r\n whose \r ended the previous chunk
+            chunk = chunk[1:]
+        after_cr = chunk.endswith(b"\r")
+        lines = re.split(rb"\r\n|\r|\n", pending + chunk)
+        pending = lines.pop()
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace")
+            if not line:
+                if data:
+                    yield (name or "message", "\n".join(data))
+                name, data = "", []
+            elif not line.startswith(":"):
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    name = value
+                elif field == "data":
+                    data.append(value)
+
+
+_MAX_EVENTS = 10_000
+
+
+def _events_and_timing(read_events):
+    """An adapter: the events read_events yields from `chunks`, each with how many chunks it had read by then."""
+
+    def run(chunks):
+        source = Chunks(chunks)
+        out = read_events(source)
+        if out is None or not hasattr(out, "__iter__"):
+            return f"not an iterator ({type(out).__name__})"
+        got = []
+        for event in out:
+            got.append((event, source.taken))
+            if len(got) > _MAX_EVENTS:
+                break
+        return got
+
+    return run
+
+
+def _compare_streams(mine, ref) -> str | None:
+    if isinstance(mine, str):
+        return f"read_events() should return (or be) an iterator of (event, data) pairs; it returned {mine[18:-1]}"
+    for event, _ in mine:
+        if not (isinstance(event, tuple) and len(event) == 2 and all(isinstance(x, str) for x in event)):
+            return f"each event should be a pair of strings (event, data); got {event!r}"
+    got, want = [e for e, _ in mine], [e for e, _ in ref]
+    if got != want:
+        i = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+        if i < min(len(got), len(want)):
+            return f"event {i} should be {want[i]!r}; yours is {got[i]!r} (the reference yields {want})"
+        return f"the reference yields {len(want)} event(s), {want}; yours yields {len(got)}, {got}"
+    for i, ((event, taken), (_, ready)) in enumerate(zip(mine, ref)):
+        if taken != ready:
+            return (
+                f"event {i}, {event!r}, was complete after {ready} chunk(s), but yours gave it after reading {taken}: "
+                "yield each event as soon as its blank line has arrived"
+            )
+    return None
+
+
+def _sse_streams():
+    """Hypothesis: the chunks of an SSE stream: field lines (the names as given, in other cases, with spaces), values
+    holding colons, spaces, non-ASCII and the characters str.splitlines() splits on, comments, blank lines, each
+    line with its own end (LF, CR LF, CR), maybe an unfinished tail; cut anywhere, empty chunks included."""
+    from hypothesis import strategies as st
+
+    value = st.text(
+        st.sampled_from(
+            ["a", "b", " ", ":", "é", "€", "😀", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\t", "\x00", "{", "}", '"']
+        ),
+        max_size=6,
+    )
+    name = st.sampled_from(
+        ["data"] * 5 + ["event"] * 3 + ["id", "retry", "Data", "DATA", "Event", "EVENT", " data", "data ", "", "x"]
+    )
+    sep = st.sampled_from([":", ": ", ":  ", ""])
+    line = st.one_of(
+        st.tuples(name, sep, value).map(lambda t: t[0] + (t[1] + t[2] if t[1] else "")),
+        value.map(lambda v: ":" + v),  # a comment
+        st.just(""),  # a blank line
+        st.just("data"),
+        st.just("data:"),
+    )
+    end = st.sampled_from(["\n", "\r\n", "\r"])
+
+    @st.composite
+    def draw(d):
+        lines = d(st.lists(st.tuples(line, end), max_size=12))
+        tail = d(st.sampled_from(["", "", "data: unfinished", "data", "\r"]))
+        raw = ("".join(t + e for t, e in lines) + tail).encode()
+        how = d(st.sampled_from(["cuts", "cuts", "whole", "bytes"]))
+        if how == "whole":
+            return ([raw],)
+        if how == "bytes":
+            return ([raw[i : i + 1] for i in range(len(raw))],)
+        cuts = sorted(d(st.lists(st.integers(0, len(raw)), max_size=6)))  # repeated cuts give empty chunks
+        bounds = [0, *cuts, len(raw)]
+        return ([raw[a:b] for a, b in zip(bounds, bounds[1:])],)
+
+    return draw()
+
+
+@check(LAB, "agrees with the WHATWG rules on every stream tried, cut anywhere")
+def check_same_as_reference(read_events):
+    same_as_reference(
+        _events_and_timing(read_events),
+        _events_and_timing(_reference_read_events),
+        _sse_streams(),
+        describe=lambda chunks: f"the chunks {chunks!r}",
+        compare=_compare_streams,
+        edges=[
+            ([b"data: a\r", b"\ndata:\n\n"],),
+            ([b"data: x\n", b"", b"\ndata: y\n\n"],),
+            ([b"Data: x\nDATA: y\nEVENT: e\ndata: z\n\n"],),
+            ([b"data: a\ndata\ndata:\n\n"],),
+            ([b"event: e\ndata: a: b\n\ndata: c\n\n"],),
+        ],
+        arg_names=("chunks",),
+        examples=300,
     )

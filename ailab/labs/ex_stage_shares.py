@@ -20,6 +20,10 @@ The checks are derived from what the function must guarantee:
   errors: a stage with an empty list, tuple or numpy array raises ValueError naming that stage (not a silent
       skip, not a 0 ms stage, not a numpy warning and nan, not numpy's "truth value is ambiguous"); an empty
       dict raises ValueError.
+  against a reference (numpy's median, the solution) on generated timings: 1 to 5 stages with names no note
+  mentions, 1 to 9 samples each (odd and even counts, ties, 0 ms, outliers) as lists, tuples, numpy arrays
+  (float64, float32, int64) or numpy scalars, now and then an empty stage or no stage; the report must match
+  the reference to 1e-6 (or raise ValueError where it does), and the samples must be left as they were.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import warnings
 import numpy as np
 
 from ailab.labs.core import answer, check, expect, refused
+from ailab.labs.differential import close, same_as_reference, short
 
 LAB = "ex_stage_shares"
 
@@ -216,3 +221,107 @@ def samples_from(clf, texts, batch_size: int = 8, iters: int = 15, warmup: int =
             for k, v in zip(out, (t.tokenize_ms, t.forward_ms, t.postprocess_ms)):
                 out[k].append(v)
     return out
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _reference_stage_report(samples):
+    """The solution's report: numpy's median per stage (a copy is sorted), the medians' shares, the first largest."""
+    if not samples:
+        raise ValueError("stage_report needs at least one stage")
+    p50 = {}
+    for stage, values in samples.items():
+        if len(values) == 0:
+            raise ValueError(f"stage {stage!r} has no samples: did its timer run?")
+        p50[stage] = float(np.median(np.asarray(values, dtype=np.float64)))
+    total = sum(p50.values())
+    return {"p50_ms": p50, "share": {s: v / total for s, v in p50.items()}, "dominant": max(p50, key=p50.get)}
+
+
+# names no note mentions: other cases, spaces, digits, an empty name, non-ASCII
+_STAGES = ("tokenize", "forward", "postprocess", "queue wait", "Forward", "detokenize", "", "1", "cache→hit", "b", "a")
+# multiples of 1/8 ms: exact in float32 as in float64, so a median is the same whatever the container
+_MS = (0.0, 0.125, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 7.25, 30.0, 250.0)
+_KINDS = ("list", "list", "tuple", "float64 array", "float32 array", "int64 array", "list of np.float64", "list of int")
+
+
+def _container(values, kind):
+    if kind == "tuple":
+        return tuple(values)
+    if kind.endswith("array"):
+        return np.asarray(values, dtype={"float64": np.float64, "float32": np.float32, "int64": np.int64}[kind[:-6]])
+    if kind == "list of np.float64":
+        return [np.float64(v) for v in values]
+    return list(values)
+
+
+def _stage_samples():
+    """Hypothesis: {stage: timings} - 1 to 5 stages in any order, 1 to 9 samples each (odd and even counts,
+    unsorted, ties, zeros, outliers), as lists, tuples, numpy arrays of three dtypes or numpy scalars; now and
+    then a stage with no samples or no stage at all (a ValueError)."""
+    from hypothesis import strategies as st
+
+    ms = st.one_of(st.sampled_from(_MS), st.integers(0, 512).map(lambda k: k / 8))
+    stage = st.tuples(
+        st.integers(0, len(_STAGES) - 1),
+        st.lists(ms, min_size=1, max_size=9),
+        st.integers(0, len(_KINDS) - 1),
+    )
+
+    @st.composite
+    def draw(d):
+        stages = d(st.lists(stage, min_size=1, max_size=5, unique_by=lambda t: t[0]))
+        samples = {}
+        for i, values, kind in stages:
+            values = [int(v) for v in values] if "int" in _KINDS[kind] else values
+            samples[_STAGES[i]] = _container(values, _KINDS[kind])
+        if sum(float(np.median(v)) for v in samples.values()) == 0:  # the shares would be 0/0: left open
+            first = _STAGES[stages[0][0]]
+            samples[first] = _container([1, 1, 0], _KINDS[stages[0][2]])
+        broken = d(st.integers(0, 15))
+        if broken == 0:
+            return ({},)
+        if broken == 1:  # one stage's timer never ran
+            name = _STAGES[stages[-1][0]]
+            samples[name] = _container([], _KINDS[stages[-1][2]])
+        return (samples,)
+
+    return draw()
+
+
+def _same_report(mine, ref):
+    """The three keys compared (numbers to 1e-6: float32 samples may be summed in float32), extra keys ignored."""
+    if not isinstance(mine, dict) or not set(KEYS) <= set(mine):
+        return f"your answer should be a dict with the keys {list(KEYS)}; got {short(mine)}"
+    return close(rel=1e-6, abs_=1e-9)({k: mine[k] for k in KEYS}, ref)
+
+
+def _describe_samples(samples):
+    return "samples={" + ", ".join(f"{k!r}: {_shown(v)}" for k, v in samples.items()) + "}"
+
+
+def _shown(values):
+    if isinstance(values, np.ndarray):
+        return f"np.array({values.tolist()}, dtype={values.dtype})"
+    if values and isinstance(values[0], np.generic):
+        return f"[{', '.join(f'np.float64({float(v)!r})' for v in values)}]"
+    return repr(values)
+
+
+@check(LAB, "agrees with the reference report on every set of timings tried")
+def check_same_as_reference(stage_report):
+    same_as_reference(
+        stage_report,
+        _reference_stage_report,
+        _stage_samples(),
+        describe=_describe_samples,
+        compare=_same_report,
+        edges=[
+            ({"forward": [0.0, 0.0, 0.0], "tokenize": [1.0]},),  # a stage of 0 ms is a stage, with share 0
+            ({"b": [2.0, 3.0], "a": [2.5]},),  # a tie, the first in the input's order
+            ({"x": [1, 2]},),  # ints: the median of an even count is 1.5, not 1
+        ],
+        arg_names=("samples",),
+        examples=150,
+    )

@@ -29,13 +29,20 @@ The checks are derived from what the function must guarantee, on files they craf
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 import pickle
+import re
+import shutil
+import tempfile
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from ailab.labs.core import check, expect, refused, shared
+from ailab.labs.core import LabCheckFailed, check, expect, refused, shared
+from ailab.labs.differential import exactly, same_as_reference, short
 from ailab.models import WeightsIntegrityError
 from ailab.scratch import scratch_dir
 
@@ -279,3 +286,305 @@ def check_missing_and_large(verify_then_load):
         f"checking a 32 MiB file took {peak / 2**20:.0f} MiB of Python memory at its peak: read "
         "and hash it in chunks (1 MiB, say; a few MiB at most) rather than reading the whole file at once",
     )
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+#
+# A story: one file name in a fresh folder, and 1-4 calls in turn. Before each call the file is (re)written - a
+# state dict saved with torch.save, raw bytes (some exactly at, one under or one over a common read size), the
+# payload pickle, one byte of the file before flipped (same size; with keep_stat, the same mtime too), deleted,
+# or left as it was - and the call is given a digest: the file's own (lower or upper case), one character
+# off, a prefix, one character too long, the digest of the file before (a stale one), another file's, or "".
+# The reference and the learner each play the story in their own folder; what each call does is compared.
+
+_NAMES = ("model.pt", "weights.bin", "model", "my model (v2).pt", "modèle-ü.pt")
+_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool")
+_SHAPES = ((), (0,), (1,), (3,), (2, 3), (0, 4), (4, 1))
+_READ_EDGES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, 2**20 - 1, 2**20, 2**20 + 1)
+
+
+def _reference_verify_then_load(path, expected_sha256):
+    """The contract: hash in 1 MiB chunks, compare whole lower-case digests, refuse before parsing, load safely."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    actual = digest.hexdigest()
+    if actual != expected_sha256.lower():
+        raise WeightsIntegrityError(f"refusing {path}: its SHA-256 is {actual}, the trusted one {expected_sha256}")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _stories():
+    """Hypothesis: (file name, steps), each step (content, digest, as_str, keep_stat) as plain data."""
+    from hypothesis import strategies as st
+
+    def values(dtype: str, n: int):
+        if dtype == "bool":
+            one = st.booleans()
+        elif dtype.startswith("float"):
+            one = st.floats(width=int(dtype[5:]), allow_nan=True, allow_infinity=True)
+        else:
+            info = np.iinfo(dtype)
+            edges = [
+                v
+                for v in (0, 1, -1, 2**31, 2**31 + 1, -(2**31) - 1, 2**53 + 1, info.min, info.max)
+                if info.min <= v <= info.max
+            ]
+            one = st.one_of(st.sampled_from(edges), st.integers(int(info.min), int(info.max)))
+        return st.lists(one, min_size=n, max_size=n)
+
+    @st.composite
+    def tensor(d):
+        dtype, shape = d(st.sampled_from(_DTYPES)), d(st.sampled_from(_SHAPES))
+        return dtype, shape, tuple(d(values(dtype, int(np.prod(shape, dtype=int)))))
+
+    state = st.dictionaries(st.text(max_size=6), tensor(), max_size=3).map(lambda s: ("state", tuple(s.items())))
+    first = st.one_of(
+        state,
+        st.binary(max_size=40).map(lambda b: ("bytes", b)),
+        st.sampled_from(_READ_EDGES).map(lambda n: ("zeros", n)),
+        st.just(("payload",)),
+        st.just(("missing",)),
+    )
+    later = st.one_of(first, st.integers(0, 2**20 + 2).map(lambda i: ("flip", i)), st.just(("unchanged",)))
+    digest = st.one_of(
+        st.just(("own",)),
+        st.just(("own",)),
+        st.sampled_from([("upper",), ("extend",), ("stale",), ("other",), ("empty",)]),
+        st.integers(0, 63).map(lambda i: ("flip", i)),
+        st.integers(0, 63).map(lambda k: ("prefix", k)),
+    )
+
+    @st.composite
+    def story(d):
+        name = d(st.sampled_from(_NAMES))
+        n = d(st.integers(1, 4))
+        steps = [(d(first if i == 0 else later), d(digest), d(st.booleans()), d(st.booleans())) for i in range(n)]
+        return name, tuple(steps)
+
+    return story()
+
+
+def _write(path: Path, content: tuple) -> None:
+    kind = content[0]
+    if kind == "state":
+        state = {k: torch.tensor(list(v), dtype=getattr(torch, dt)).reshape(shape) for k, (dt, shape, v) in content[1]}
+        torch.save(state, path)
+    elif kind == "bytes":
+        path.write_bytes(content[1])
+    elif kind == "zeros":
+        path.write_bytes(bytes(content[1]))
+    elif kind == "payload":
+        torch.save({"weight": torch.zeros(2), "extra": _Payload("story")}, path)
+    elif kind == "missing":
+        path.unlink(missing_ok=True)
+    elif kind == "flip" and path.is_file() and path.stat().st_size:
+        blob = bytearray(path.read_bytes())
+        blob[content[1] % len(blob)] ^= 0x01
+        path.write_bytes(bytes(blob))
+    # "unchanged", or a flip of a file that is missing or empty: nothing to do
+
+
+def _expected(kind: tuple, actual: str | None, before: str | None) -> str:
+    own = actual or before or "0" * 64
+    name = kind[0]
+    if name == "own":
+        return own
+    if name == "upper":
+        return own.upper()
+    if name == "flip":
+        i = kind[1]
+        return own[:i] + format((int(own[i], 16) + 1) % 16, "x") + own[i + 1 :]
+    if name == "prefix":
+        return own[: kind[1]]
+    if name == "extend":
+        return own + "0"
+    if name == "stale":
+        return before or hashlib.sha256(b"the trusted weights").hexdigest()
+    if name == "other":
+        return hashlib.sha256(b"another file").hexdigest()
+    return ""
+
+
+def _say_content(content: tuple) -> str:
+    kind = content[0]
+    if kind == "state":
+        tensors = ", ".join(f"{k!r}: {dt} {list(shape)} {short(list(v))}" for k, (dt, shape, v) in content[1])
+        return f"torch.save({{{tensors}}})"
+    if kind == "bytes":
+        return f"the {len(content[1])} bytes {short(content[1])}"
+    if kind == "zeros":
+        return f"{content[1]} zero bytes"
+    if kind == "payload":
+        return "a pickle whose unpickling calls a function"
+    if kind == "missing":
+        return "deleted"
+    if kind == "flip":
+        return f"with its byte at {content[1]} (modulo its size) flipped"
+    return "left as it was"
+
+
+_SAY_DIGEST = {
+    "own": "its own digest",
+    "upper": "its own digest in upper case",
+    "flip": "its digest with character {} changed",
+    "prefix": "the first {} characters of its digest",
+    "extend": "its digest with one more character",
+    "stale": "the digest of the file as it was before this call",
+    "other": "another file's digest",
+    "empty": "an empty digest",
+}
+
+
+def _say_story(name: str, steps: tuple) -> str:
+    calls = []
+    for i, (content, digest, as_str, keep_stat) in enumerate(steps, 1):
+        verb = "written as " if content[0] not in ("flip", "unchanged", "missing") else ""
+        what = verb + _say_content(content)
+        if keep_stat and i > 1 and content[0] not in ("missing", "unchanged"):
+            what += " (its mtime set back to the earlier file's)"
+        say_digest = _SAY_DIGEST[digest[0]].format(*digest[1:])
+        calls.append(f"call {i}: the file {what}, given as a {'str' if as_str else 'Path'} with {say_digest}")
+    return f"one file, {name!r}, in a fresh folder - " + "; ".join(calls)
+
+
+def _first_line(e: BaseException) -> str:
+    line = next((x for x in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() if x.strip()), "")
+    return line[:120] + ("..." if len(line) > 120 else "")
+
+
+def _normal_state(out):
+    """('loads', ((key, dtype, shape, values), ...)) for a dict of tensors; ('returns', type) for anything else."""
+    if isinstance(out, dict) and all(isinstance(v, torch.Tensor) for v in out.values()):
+        items = sorted(((repr(k), str(v.dtype), tuple(v.shape), v.tolist()) for k, v in out.items()), key=str)
+        return "loads", tuple(items)
+    return "returns", type(out).__name__
+
+
+def _observe(fn, given, expected: str, path: Path, actual: str | None) -> tuple:
+    """What one call does: (kind, detail, payload ran, words about it, file name); the first three are compared."""
+    return (*_call_once(fn, given, expected, path, actual), path.name)
+
+
+def _call_once(fn, given, expected: str, path: Path, actual: str | None) -> tuple:
+    TRIPPED.clear()
+    try:
+        out = fn(given, expected)
+    except (NotImplementedError, LabCheckFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - what the learner raised is what this call did
+        text = f"{type(e).__name__}: {_first_line(e)}"
+        if actual is None:
+            if isinstance(e, (FileNotFoundError, WeightsIntegrityError)):
+                return "missing", (path.name in str(e),), bool(TRIPPED), text
+            return "raises", (type(e).__name__,), bool(TRIPPED), text
+        if isinstance(e, WeightsIntegrityError):
+            message = str(e).lower()
+            detail = (path.name in str(e), actual in message, expected.lower() in message)
+            return "integrity", detail, bool(TRIPPED), text
+        return "loader", (), bool(TRIPPED), text
+    kind, detail = _normal_state(out)
+    return kind, detail, bool(TRIPPED), short(out)
+
+
+def _say_call(outcome: tuple, reference: bool) -> str:
+    kind, detail, ran, words, name = outcome
+    said = {
+        "loads": lambda: (
+            "returns the state dict {"
+            + ", ".join(f"{k}: {dt.removeprefix('torch.')} {list(s)} {short(v)}" for k, dt, s, v in detail)
+            + "}"
+        ),
+        "returns": lambda: f"returns {words}",
+        "missing": lambda: (
+            f"raises {words.split(':')[0]}" + ("" if detail[0] else f" without naming the file ({name}): {words}")
+        ),
+        "raises": lambda: f"raises {words}",
+        "loader": lambda: f"lets torch.load's refusal through ({words})" if reference else f"raises {words}",
+        "integrity": lambda: (
+            "raises WeightsIntegrityError"
+            + (
+                ""
+                if all(detail)
+                else " whose message does not "
+                + " or ".join(
+                    w
+                    for w, ok in zip(
+                        (f"name the file ({name})", "give the file's actual SHA-256", "give the expected SHA-256"),
+                        detail,
+                    )
+                    if not ok
+                )
+                + f": {words}"
+            )
+        ),
+    }[kind]()
+    return said + (" - and the payload in the file ran" if ran else "")
+
+
+def _same_calls(mine: list, ref: list) -> str | None:
+    for i, (m, r) in enumerate(zip(mine, ref), 1):
+        if (m[0], m[2]) != (r[0], r[2]) or exactly(m[1], r[1]) is not None:
+            return f"at call {i} the reference {_say_call(r, True)}; yours {_say_call(m, False)}"
+    return None
+
+
+def _story_player(fn, base: Path):
+    def play(name: str, steps: tuple) -> list:
+        folder = Path(tempfile.mkdtemp(dir=base))
+        path, before, calls = folder / name, None, []
+        try:
+            for content, digest, as_str, keep_stat in steps:
+                old = path.stat() if path.is_file() else None
+                _write(path, content)
+                if keep_stat and old is not None and path.is_file():
+                    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+                actual = _sha(path) if path.is_file() else None
+                expected = _expected(digest, actual, before)
+                calls.append(_observe(fn, str(path) if as_str else path, expected, path, actual))
+                before = actual or before
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return calls
+
+    return play
+
+
+_STORY_EDGES = (
+    (
+        "model.pt",
+        (
+            (("state", (("w", ("float32", (2,), (1.0, math.nan))),)), ("own",), False, False),
+            (("unchanged",), ("upper",), True, False),  # the same digest in upper case, the path as a str
+        ),
+    ),
+    ("model.pt", ((("zeros", 2**20 + 1), ("own",), False, False),)),  # one byte past a 1 MiB read
+    (
+        "model.pt",
+        (
+            (("state", (("w", ("int64", (1,), (2**31,))),)), ("own",), False, False),
+            (("state", (("w", ("int64", (1,), (2**31 + 1,))),)), ("own",), True, True),  # rewritten: same size
+            (("flip", 2**20), ("stale",), False, True),  # one byte flipped, mtime kept: the old digest no longer fits
+        ),
+    ),
+    ("model.pt", ((("payload",), ("own",), False, False), (("unchanged",), ("prefix", 0), True, False))),
+)
+
+
+@check(LAB, "does what the reference does on every file and digest tried, including a file changed between calls")
+def check_same_as_reference(verify_then_load):
+    base = _workdir()
+    try:
+        same_as_reference(
+            _story_player(verify_then_load, base),
+            _story_player(_reference_verify_then_load, base),
+            _stories(),
+            describe=_say_story,
+            compare=_same_calls,
+            edges=_STORY_EDGES,
+            arg_names=("name", "steps"),
+            examples=60,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

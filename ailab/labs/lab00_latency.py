@@ -16,7 +16,12 @@ What the timer must guarantee, one check each:
 - after every timed call, sync() runs before the clock is read, and once after the warm-up;
 - one timed call gives that call's time in every field; zero timed calls is not a latency of 0;
 - an exception from fn or sync reaches the caller (a timer that swallows it reports a broken run
-  as a measurement).
+  as a measurement);
+- against a reference timer on generated fake devices (warmup 0 to 6, iters 1 to 150 or the defaults, calls
+  from 0 ms and 4 us to 250 ms with fractions of a ms, slow spikes anywhere, work queued on the device): fn
+  runs as often, n is the same, the order is clock, fn, sync, clock, and each percentile lies between the two
+  sorted samples around its position (any usual percentile definition does), to 1 % or 10 ns. iters=0 and
+  errors are left to the checks above.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import time
 import numpy as np
 
 from ailab.labs.core import check, expect
+from ailab.labs.differential import same_as_reference, short
 
 LAB = "lab00_latency"
 KEYS = ("p50_ms", "p95_ms", "p99_ms", "n")
@@ -342,3 +348,160 @@ def check_errors_propagate(measure):
             f"{what}, but your timer returned {out!r} as if the run had worked: do not catch the "
             "error; a measurement of a failing function is not a measurement",
         )
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+
+
+def _reference_samples(fn, sync=lambda: None, warmup=5, iters=30) -> list[float]:
+    """The solution's loop: untimed warm-up, one sync, then clock, fn, sync, clock per sample (ms)."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
+def _reference_measure_latency(fn, sync=lambda: None, warmup=5, iters=30) -> dict:
+    samples = _reference_samples(fn, sync, warmup, iters)
+    p50, p95, p99 = np.percentile(samples, [50, 95, 99])
+    return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "n": len(samples)}
+
+
+_MS = (0.0, 0.004, 0.05, 0.25, 1.0, 1.5, 2.0, 2.25, 9.0, 33.3, 250.0)  # launch or queued work of one call, in ms
+
+
+def _device_for(warmup, iters, cold, launch, work, spikes) -> FakeDevice:
+    """Warm-up call k launches in cold[k % len] ms; timed call k in launch[k % len] ms (plus a spike's ms where
+    one falls on it) and queues work[k % len] ms."""
+    w = 5 if warmup is None else warmup
+    extra: dict[int, float] = {}
+    for at, ms in spikes:
+        extra[at] = extra.get(at, 0.0) + ms
+
+    def launch_ms(k):
+        return cold[k % len(cold)] if k < w else launch[(k - w) % len(launch)] + extra.get(k - w, 0.0)
+
+    return FakeDevice(
+        launch_ms=launch_ms,
+        work_ms=lambda k: cold[k % len(cold)] if k < w else work[(k - w) % len(work)],
+    )
+
+
+def _kwargs(warmup, iters) -> dict:
+    return {k: v for k, v in (("warmup", warmup), ("iters", iters)) if v is not None}  # None: the default
+
+
+def _observe(measure):
+    """An adapter: drive a timer on a fake device built from the drawn durations; return what the contract makes
+    observable - its result, how many times fn ran, and what is wrong with the order of calls, syncs and clock."""
+
+    def observed(warmup, iters, cold, launch, work, spikes):
+        dev = _device_for(warmup, iters, cold, launch, work, spikes)
+        with dev.installed():
+            out = measure(dev.fn, sync=dev.sync, **_kwargs(warmup, iters))
+        w, n = (5 if warmup is None else warmup), (30 if iters is None else iters)
+        order = _sync_order(dev, w) if dev.calls == w + n else None
+        return {"result": out, "calls": dev.calls, "order": order, "reads": dev.reads}
+
+    return observed
+
+
+def _reference_observed(warmup, iters, cold, launch, work, spikes):
+    dev = _device_for(warmup, iters, cold, launch, work, spikes)
+    with dev.installed():
+        samples = _reference_samples(dev.fn, dev.sync, **_kwargs(warmup, iters))
+    p50, p95, p99 = np.percentile(samples, [50, 95, 99])
+    result = {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "n": len(samples)}
+    return {"result": result, "calls": dev.calls, "order": None, "samples": sorted(samples)}
+
+
+def _timings():
+    """Hypothesis: (warmup, iters, cold, launch, work, spikes) - warmup 0 to 6 and iters 1 to 40, 101 or 150 or
+    left to their defaults (None); warm-up calls that cost cold[k] ms, timed calls whose launch and queued work
+    cycle through short patterns of durations from 0 ms and 4 us to 250 ms (fractions of a ms included), and a
+    few slow calls (spikes) anywhere, so the slowest samples differ and p95, p99 and the max part."""
+    from hypothesis import strategies as st
+
+    ms = st.sampled_from(_MS)
+    return st.tuples(
+        st.one_of(st.integers(0, 6), st.none()),
+        st.one_of(st.integers(1, 40), st.sampled_from([101, 150]), st.none()),
+        st.lists(st.sampled_from((80.0, 2.0, 0.0, 60.0)), min_size=1, max_size=3),
+        st.lists(ms, min_size=1, max_size=8),
+        st.lists(ms, min_size=1, max_size=8),
+        st.lists(st.tuples(st.integers(0, 149), st.sampled_from((3.5, 17.0, 41.25, 120.0, 500.0))), max_size=4),
+    )
+
+
+def _bracket(samples: list[float], q: float) -> tuple[float, float]:
+    """The two sorted samples around the q-th percentile's position: every usual definition (numpy's
+    interpolation, nearest rank, lower, higher) lands between them."""
+    pos = (len(samples) - 1) * q
+    return samples[math.floor(pos)], samples[math.ceil(pos)]
+
+
+def _same_latency(mine, ref):
+    out, want = mine.get("result") if isinstance(mine, dict) else None, ref["result"]
+    if not isinstance(out, dict) or any(k not in out for k in KEYS):
+        return f"measure_latency should return a dict with keys {KEYS}; got {short(out)}"
+    if mine.get("reads", 0) == 0:
+        return "your timer never called time.perf_counter() (or perf_counter_ns): time the calls with it"
+    if mine["calls"] != ref["calls"]:
+        return f"fn was called {mine['calls']} times; it should be called {ref['calls']} times (warmup + iters)"
+    if mine["order"]:
+        return mine["order"]
+    if not isinstance(out["n"], numbers.Integral) or isinstance(out["n"], (bool, np.bool_)) or out["n"] != want["n"]:
+        return f"n is {out['n']!r}; it should be {want['n']}, the number of timed calls"
+    samples = ref["samples"]
+    for key, q in (("p50_ms", 0.50), ("p95_ms", 0.95), ("p99_ms", 0.99)):
+        got = out[key]
+        if not _is_number(got):
+            return f"{key} should be a number of milliseconds; got {short(got)}"
+        lo, hi = _bracket(samples, q)
+        if not (lo * 0.99 - 1e-5 <= float(got) <= hi * 1.01 + 1e-5):
+            between = f"{lo:.6g} ms" if lo == hi else f"between {lo:.6g} and {hi:.6g} ms"
+            return (
+                f"{key} is {float(got)!r} ms; the {len(samples)} timed calls took {_sorted_samples(samples)} ms "
+                f"(sorted), so {key} is {between} (the reference says {want[key]:.6g} ms)"
+            )
+    return None
+
+
+def _sorted_samples(samples: list[float]) -> str:
+    """The sorted samples, the slowest always shown: they decide p95 and p99."""
+    shown = [f"{x:.6g}" for x in samples]
+    return f"[{', '.join(shown)}]" if len(shown) <= 12 else f"[{', '.join(shown[:3])}, ..., {', '.join(shown[-6:])}]"
+
+
+def _describe_timings(warmup, iters, cold, launch, work, spikes):
+    args = ", ".join(f"{k}={v}" for k, v in _kwargs(warmup, iters).items()) or "the default warmup and iters"
+    slow = [(at, ms) for at, ms in spikes if at < (30 if iters is None else iters)]
+    return (
+        f"measure_latency(fn, sync, {args}) where each warm-up call costs {cold} ms (in turn) and the timed calls "
+        f"launch in {launch} ms and queue {work} ms of device work (in turn)"
+        + (f"; timed call {', '.join(f'{at} takes {ms} ms more' for at, ms in slow)}" if slow else "")
+    )
+
+
+@check(LAB, "agrees with the reference timer on every device tried")
+def check_same_as_reference(measure):
+    same_as_reference(
+        _observe(measure),
+        _reference_observed,
+        _timings(),
+        describe=_describe_timings,
+        compare=_same_latency,
+        edges=[
+            (0, 1, [0.0], [0.25], [1.5], []),  # no warm-up, one timed call of 1.75 ms
+            (1, 2, [80.0], [0.05], [2.25], []),  # one warm-up call
+            (None, None, [80.0], [1.5, 0.004], [0.0], [(3, 17.0)]),  # the defaults
+        ],
+        arg_names=("warmup", "iters", "cold", "launch", "work", "spikes"),
+        examples=150,
+    )

@@ -24,13 +24,15 @@ column; the logits are all negative, so only an argmax over the classes reads th
 
 from __future__ import annotations
 
+import math
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from ailab.labs.core import check, expect
+from ailab.labs import differential
+from ailab.labs.core import LabCheckFailed, check, expect
 
 LAB = "lab_accuracy_gate"
 KEYS = ("passed", "fp32_accuracy", "int8_accuracy", "drop_points")
@@ -430,4 +432,303 @@ def check_gate_failures(gate):
         _refused(kind, out),
         f"int8_predict returned {len(case.X) - 1} rows of logits for {len(case.X)} inputs, and your gate returned "
         f"{out!r}: every input needs its own prediction, compared with its own label",
+    )
+
+
+# --------------------------------------------------------------------------- the differential checks (issue 42)
+class _ReferenceReader:
+    """The contract's reader: a cursor over the rows, batch_size at a time, as float32 under "input"."""
+
+    def __init__(self, X, batch_size=32):
+        self.X, self.batch_size, self.position = X, batch_size, 0
+
+    def get_next(self):
+        if self.position >= len(self.X):
+            return None
+        rows = self.X[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return {"input": np.ascontiguousarray(rows, dtype=np.float32)}
+
+    def rewind(self):
+        self.position = 0
+
+
+def _reader_stories():
+    """Hypothesis: (datasets, calls). One or two readers, each on its own (X, batch_size); calls are
+    ("next", i) or ("rewind", i), in any order - rewind() at the start, mid-way and after the end included."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def dataset(d):
+        n = d(st.one_of(st.sampled_from([0, 1, 2, 32, 33]), st.integers(0, 40)))
+        width = d(st.sampled_from([1, 2, 13, 64]))
+        dtype = d(st.sampled_from(["float64", "float32", "float16", "int64", "int32", "uint8"]))
+        if dtype.startswith("float"):
+            one = st.one_of(
+                st.sampled_from([0.0, 16.0, 0.5, -1.0, math.nan, math.inf]), st.floats(0, 16, width=int(dtype[5:]))
+            )
+        else:
+            high = {"uint8": 255, "int32": 2**31 - 1}.get(dtype, 2**31 + 7)  # int64: beyond 2**31 too
+            one = st.one_of(st.integers(0, 16), st.integers(0, high))
+        seed = d(st.integers(0, 2**32 - 1))
+        special = d(st.lists(one, max_size=6))  # a few drawn values, spread over a seeded array
+        X = (np.random.default_rng(seed).random((n, width)) * 16).astype(dtype)
+        for k, v in enumerate(special):
+            if X.size:
+                X.flat[(k * 7919) % X.size] = v
+        if d(st.booleans()):
+            X = np.asfortranarray(X)
+        edges = [1, max(n, 1), max(n - 1, 1), n + 1]
+        batch_size = d(st.one_of(st.sampled_from(edges), st.integers(1, max(n, 1) + 2)))
+        if d(st.booleans()):
+            batch_size = np.int64(batch_size)  # a batch size read from a NumPy array or a config
+        return X, batch_size
+
+    @st.composite
+    def story(d):
+        datasets = tuple(d(st.lists(dataset(), min_size=1, max_size=2)))
+        longest = max(-(-len(X) // int(b)) for X, b in datasets)
+        op = st.tuples(st.sampled_from(["next"] * 5 + ["rewind"]), st.integers(0, len(datasets) - 1))
+        calls = d(st.lists(op, max_size=len(datasets) * (longest + 3) + 2))
+        # then every reader to its end, and one more next(): the None after the end is part of the contract
+        calls += [("next", i) for i in range(len(datasets)) for _ in range(longest + 2)]
+        return datasets, tuple(calls)
+
+    return story()
+
+
+def _reader_player(reader_cls):
+    def play(datasets, calls):
+        readers = [reader_cls(X, batch_size=b) for X, b in datasets]
+        seen = []
+        for op, i in calls:
+            if op == "rewind":
+                readers[i].rewind()
+                seen.append(("rewind", i))
+                continue
+            try:
+                b = readers[i].get_next()
+            except (NotImplementedError, LabCheckFailed):
+                raise
+            except Exception as e:  # noqa: BLE001 - the learner's code may raise anything; it ends the story
+                seen.append(("raised", i, f"{type(e).__name__}: {e}"))
+                break
+            if b is None:
+                seen.append(("none", i))
+            elif isinstance(b, dict) and list(b) == ["input"] and isinstance(b["input"], np.ndarray):
+                seen.append(("batch", i, np.array(b["input"], copy=True)))
+            else:
+                seen.append(("other", i, differential.short(b)))
+        return seen
+
+    return play
+
+
+def _say_seen(s) -> str:
+    if s[0] == "none":
+        return "None"
+    if s[0] == "batch":
+        a = s[2]
+        return f"a {a.dtype} batch of shape {a.shape} {differential.short(a.tolist())}"
+    if s[0] == "raised":
+        return f"an error, {s[2]}"
+    if s[0] == "other":
+        return f"{s[2]} (not {{'input': array}})"
+    return "rewind()"
+
+
+def _same_batches(mine: list, ref: list) -> str | None:
+    for k, (m, r) in enumerate(zip(mine, ref), 1):
+        if m[0] == r[0] == "batch" and m[1] == r[1]:
+            a, b = m[2], r[2]
+            if a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True):
+                continue
+        elif m[:2] == r[:2]:
+            continue
+        which = f"reader {r[1] + 1}'s " if len({s[1] for s in ref}) > 1 else ""
+        return f"at call {k} ({which}get_next()) the reference gives {_say_seen(r)}; yours gives {_say_seen(m)}"
+    if len(mine) != len(ref):  # yours stopped early: it raised
+        k = len(mine)
+        return f"at call {k} yours {_say_seen(mine[-1])}; the reference gives {_say_seen(ref[k - 1])}"
+    return None
+
+
+def _say_reader_story(datasets, calls) -> str:
+    data = "; ".join(
+        f"reader {i + 1}: {len(X)} x {X.shape[1]} {X.dtype}{' (Fortran order)' if not X.flags.c_contiguous and X.size > 1 else ''}"
+        f" {differential.short(X.tolist())}, batch_size={b!r}"
+        for i, (X, b) in enumerate(datasets)
+    )
+    said = [f"{op}()" if len(datasets) == 1 else f"{op}({i + 1})" for op, i in calls]
+    return f"{data}; the calls in turn: {', '.join(said)}"
+
+
+@check(LAB, "reader gives what the reference gives for any data, batch size and order of calls")
+def check_reader_same_as_reference(reader_cls):
+    differential.same_as_reference(
+        _reader_player(reader_cls),
+        _reader_player(_ReferenceReader),
+        _reader_stories(),
+        describe=_say_reader_story,
+        compare=_same_batches,
+        arg_names=("X (each reader's data, with its batch_size)", "calls"),
+        examples=150,
+    )
+
+
+def _reference_int8_gate(fp32_predict, int8_predict, X, y, max_drop_points=0.5):
+    """The contract's gate: each model's accuracy against y; the drop FP32 minus INT8 in points; drop <= limit."""
+    y = np.asarray(y)
+    if len(y) == 0:
+        raise ValueError("no held-out rows: nothing to measure")
+    counts = []
+    for predict in (fp32_predict, int8_predict):
+        logits = np.asarray(predict(X))
+        if logits.ndim != 2 or len(logits) != len(y):
+            raise ValueError(f"{logits.shape} logits for {len(y)} labels")
+        counts.append(int((logits.argmax(1) == y).sum()))
+    fp32, int8 = (c / len(y) for c in counts)
+    drop = (counts[0] - counts[1]) * 100 / len(y)
+    return {
+        "passed": bool(drop <= max_drop_points + 1e-9),
+        "fp32_accuracy": fp32,
+        "int8_accuracy": int8,
+        "drop_points": drop,
+    }
+
+
+def _predict_from(logits: np.ndarray, right: np.ndarray, name: str):
+    def predict(X):
+        X = np.asarray(X)
+        idx = (X[:, 0] if X.ndim == 2 else X).astype(np.int64)
+        return logits[idx].copy()
+
+    predict.__name__ = name
+    predict.said = f"{name} right on {int(right.sum())} of {len(right)} rows" + (
+        f" (rows {np.flatnonzero(right).tolist()})" if len(right) <= 12 else ""
+    )
+    return predict
+
+
+def _predictors(labels: np.ndarray, right: list, classes: int, rng, logit_dtype) -> list:
+    predictors = []
+    for name, ok in zip(("fp32_predict", "int8_predict"), right):
+        wrong = (labels + 1 + rng.integers(0, max(classes - 1, 1), len(labels))) % classes
+        preds = np.where(ok, labels, wrong)
+        logits = rng.normal(size=(len(labels), classes)) - 10
+        logits[np.arange(len(labels)), preds] = logits.max(1) + 1.0
+        predictors.append(_predict_from(logits.astype(logit_dtype), preds == labels, name))
+    return predictors
+
+
+def _gate_edge(n: int, classes: int, k_fp32: int, k_int8: int, limit: tuple) -> tuple:
+    """The contract's corners, as the old checks build them: FP32 right on its first k_fp32 rows, INT8 on k_int8."""
+    labels = np.arange(n) % classes
+    rows = np.arange(n)
+    fp32, int8 = _predictors(labels, [rows < k_fp32, rows < k_int8], classes, np.random.default_rng(n), np.float32)
+    return fp32, int8, rows.reshape(-1, 1).astype(np.float32), labels, limit
+
+
+_GATE_EDGES = (
+    (1000, 2, 900, 895, ("default",)),  # a drop of exactly the default 0.5 points passes (in floats, 0.9 - 0.895)
+    (1000, 10, 900, 894, ("default",)),  # 0.6 points fails the default
+    (7, 3, 5, 6, ("keyword", 0.0)),  # INT8 better: a negative drop passes even a limit of 0
+    (1000, 2, 900, 899, ("keyword", 0)),  # a limit of 0 (an int) is a limit: 0.1 points fails it
+)
+
+
+def _gates():
+    """Hypothesis: (fp32_predict, int8_predict, X, y, limit), the limit ("default",) or (how, value)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        n = d(st.one_of(st.sampled_from([1, 2, 3, 200, 2000]), st.integers(1, 300)))
+        classes = d(st.one_of(st.sampled_from([1, 2, 10]), st.integers(1, 12)))
+        rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+        labels = rng.integers(0, classes, n)  # a class may be missing from the labels, even the last one
+        right = []
+        k_fp32 = d(st.integers(0, n))
+        near = st.integers(-2, 3).map(lambda step: min(max(k_fp32 - step, 0), n))  # drops near the limits
+        for k in (k_fp32, d(st.one_of(near, st.integers(0, n)))):
+            mode = d(st.sampled_from(["first", "last", "random"]))
+            rows = np.arange(n) < k if mode == "first" else (np.arange(n) >= n - k if mode == "last" else None)
+            right.append(rows if rows is not None else np.isin(np.arange(n), rng.permutation(n)[:k]))
+        predictors = _predictors(labels, right, classes, rng, d(st.sampled_from([np.float32, np.float64])))
+        order = rng.permutation(n) if d(st.booleans()) else np.arange(n)  # rows in any order
+        width = d(st.sampled_from([1, 2, 64]))
+        X = np.concatenate([order.reshape(-1, 1), rng.random((n, width - 1))], axis=1)
+        X = X.astype(d(st.sampled_from([np.float32, np.float64])))
+        y = labels[order].astype(d(st.sampled_from([np.int64, np.int32, np.int16, np.uint8, np.int8])))
+        drop_rows = int((predictors[0](X).argmax(1) == y).sum()) - int((predictors[1](X).argmax(1) == y).sum())
+        at = drop_rows * 100 / n  # the drop itself: exactly at the limit
+        value = d(
+            st.sampled_from(
+                [at, at, (drop_rows - 1) * 100 / n, (drop_rows + 0.5) * 100 / n, at - 0.05, 0, 0.0, 0.5, 1, 2.0, 100.0]
+            )
+        )
+        if value < 0:
+            value = 0.0  # a negative limit is left out: the contract does not say what it means
+        how = d(st.sampled_from(["default", "keyword", "positional"]))
+        if how != "default" and d(st.booleans()):
+            value = np.float64(value)
+        return predictors[0], predictors[1], X, y, ("default",) if how == "default" else (how, value)
+
+    return draw()
+
+
+def _gate_player(gate):
+    def play(fp32_predict, int8_predict, X, y, limit):
+        if limit[0] == "default":
+            return gate(fp32_predict, int8_predict, X, y)
+        if limit[0] == "positional":
+            return gate(fp32_predict, int8_predict, X, y, limit[1])
+        return gate(fp32_predict, int8_predict, X, y, max_drop_points=limit[1])
+
+    return play
+
+
+def _say_gate_input(fp32_predict, int8_predict, X, y, limit) -> str:
+    call = {
+        "default": "called without max_drop_points",
+        "keyword": f"max_drop_points={limit[-1]!r}",
+        "positional": f"the limit {limit[-1]!r} given positionally",
+    }[limit[0]]
+    return (
+        f"{len(y)} row{'s' if len(y) != 1 else ''} (X {X.shape} {X.dtype}, its first column the row index "
+        f"{differential.short(X[:, 0].astype(int).tolist())}), y {y.dtype} {differential.short(y.tolist())}, "
+        f"{getattr(fp32_predict, 'said', 'fp32_predict')}, {getattr(int8_predict, 'said', 'int8_predict')}, {call}"
+    )
+
+
+def _same_verdict(mine, ref) -> str | None:
+    if not isinstance(mine, dict) or not all(k in mine for k in KEYS):
+        return f"int8_gate should return a dict with keys {KEYS}; got {differential.short(mine)}"
+    wrong = []
+    for key in ("fp32_accuracy", "int8_accuracy", "drop_points"):
+        if not _is_number(mine[key]):
+            wrong.append(f"{key} should be a float like {ref[key]!r}, got {differential.short(mine[key])}")
+        elif abs(float(mine[key]) - ref[key]) > 1e-9 or math.isnan(float(mine[key])):
+            wrong.append(f"{key} should be {ref[key]:.10g}; yours is {float(mine[key]):.10g}")
+    got = mine["passed"]
+    if not isinstance(got, (bool, np.bool_)):
+        wrong.append(f"passed should be True or False, got {differential.short(got)}")
+    elif bool(got) != ref["passed"]:
+        wrong.append(
+            f"passed should be {ref['passed']} (a drop of {ref['drop_points']:.10g} points); yours is {bool(got)}"
+        )
+    return "; ".join(wrong) or None
+
+
+@check(LAB, "gate gives the reference's verdict and numbers on any rows, classes, labels and limit")
+def check_gate_same_as_reference(gate):
+    differential.same_as_reference(
+        _gate_player(gate),
+        _gate_player(_reference_int8_gate),
+        _gates(),
+        describe=_say_gate_input,
+        compare=_same_verdict,
+        arg_names=("fp32_predict", "int8_predict", "X", "y", "max_drop_points"),
+        edges=[_gate_edge(*e) for e in _GATE_EDGES],
+        examples=200,
     )

@@ -26,7 +26,8 @@ import warnings
 import numpy as np
 
 from ailab.bench import LoadResult
-from ailab.labs.core import check, expect
+from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.differential import same_as_reference as _same_as_reference
 from ailab.server.config import ServerConfig
 
 LAB = "lab_capstone_slo"
@@ -436,3 +437,128 @@ def check_service_meets_slo(settings, predictor) -> LoadResult:
             stacklevel=2,
         )
     return result
+
+
+# --------------------------------------------------------------------------- the differential check (slo_verdict)
+
+
+def same_as_reference(learner, reference, inputs, **kwargs):
+    """The kit's same_as_reference, where an answer that keeps something between calls (so the same input gets
+    another answer the second time) fails with words instead of Hypothesis's FlakyFailure."""
+    from hypothesis import errors
+
+    try:
+        _same_as_reference(learner, reference, inputs, **kwargs)
+    except errors.Flaky as e:
+        raise LabCheckFailed(
+            "the same input got a different answer from your code the second time it was tried: it keeps something "
+            f"from one call to the next (a module-level or default-argument buffer, a cache). ({str(e)[:300]})"
+        ) from None
+
+
+def _reference_slo_verdict(result, target_rps, p99_bound_ms, max_error_rate):
+    """From the notebook's contract: served >= 90 % of target_rps, p99 <= its bound, errors <= theirs; all three."""
+    problems = []
+    if result.rps < 0.9 * target_rps:
+        problems.append(f"served {result.rps:.1f} req/s < 90% of {target_rps:g}")
+    if result.stats.p99_ms > p99_bound_ms:
+        problems.append(f"p99 {result.stats.p99_ms:.0f} ms > {p99_bound_ms:g} ms")
+    if result.error_rate > max_error_rate:
+        problems.append(f"error rate {result.error_rate:.1%} > {max_error_rate:.0%}")
+    return (not problems), "; ".join(problems) or "meets the SLO"
+
+
+def _load_results():
+    """Hypothesis: (result, target_rps, p99_bound_ms, max_error_rate) with each part at, above and below its bound."""
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d):
+        n_ok = d(st.integers(1, 240))
+        n_err = d(st.one_of(st.just(0), st.integers(0, 8), st.integers(0, 120)))
+        n_slow = d(st.integers(0, n_ok))  # a tail: 0, a few (under 1 %), or many
+        slow_ms = d(st.sampled_from([499.5, 500.0, 500.4, 900.0, 2000.0, 120.0]))
+        rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+        latencies = rng.permutation(np.concatenate([rng.uniform(1.0, 400.0, n_ok - n_slow), np.full(n_slow, slow_ms)]))
+        status = d(st.sampled_from([503, 500, 429, "timeout", "connect_error"]))
+        err_latency = d(st.sampled_from([5.0, 10_000.0, 450.0]))
+        mode = d(st.sampled_from(["open", "closed"]))
+        seconds = d(st.sampled_from([1.0, 2.0, 5.0, 10.0, 3.7]))
+        offered = d(st.sampled_from([10.0, 50.0, 100.0, 1000.0]))
+        recs = [(0.0, 0.0, float(v), 200) for v in latencies] + [(0.0, 0.0, err_latency, status)] * n_err
+        recs = [recs[i] for i in rng.permutation(len(recs))]
+        recs = [(i * seconds / len(recs), i * seconds / len(recs), v, s) for i, (_, _, v, s) in enumerate(recs)]
+        result = LoadResult(
+            mode,
+            "http://127.0.0.1:1/v1/predict",
+            None if mode == "open" else 8,
+            offered if mode == "open" else None,
+            seconds,
+            0.0,
+            recs,
+            seconds,
+        )
+        rps, p99, errors = result.rps, result.stats.p99_ms, result.error_rate
+        target = d(
+            st.one_of(
+                st.just(rps / 0.9),  # served exactly 90 %
+                st.just(rps),
+                st.sampled_from([10, 50, 100, 30.0, 0.5]),
+                st.floats(0.01, 500.0),
+                st.floats(0.8, 1.2).map(lambda f: rps / 0.9 * f),
+            )
+        )
+        bound = d(
+            st.one_of(
+                st.just(p99),  # exactly at the bound
+                st.sampled_from([500, 500.0, 100, 1000, 250.0]),
+                st.floats(1.0, 3000.0),
+                st.floats(0.9, 1.1).map(lambda f: p99 * f),
+                st.just(round(p99)),
+            )
+        )
+        max_errors = d(st.one_of(st.just(errors), st.sampled_from([0, 0.0, 0.01, 0.001, 0.05, 1.0]), st.floats(0, 1)))
+        as_numpy = d(st.booleans())
+        if as_numpy:
+            target, bound = np.float64(target), np.float64(bound)
+        # where served throughput sits a float's rounding from 90 %, the ways of writing "90 % of" differ: skip
+        assume((rps >= 0.9 * target) == (rps / target >= 0.9) == (rps * 10 >= 9 * target))
+        return result, target, bound, max_errors
+
+    return draw()
+
+
+def _compare_verdicts(mine, ref) -> str | None:
+    if not (isinstance(mine, tuple) and len(mine) == 2 and isinstance(mine[0], (bool, np.bool_))):
+        return f"slo_verdict should return (ok: bool, reason: str); it returned {mine!r}"
+    ok, reason = mine
+    if not isinstance(reason, str):
+        return f"the reason should be a str; got {reason!r}"
+    if bool(ok) != ref[0]:
+        return f"yours said ok={bool(ok)} ({reason!r}); the SLO's three parts say ok={ref[0]} ({ref[1]!r})"
+    if not ok and not reason.strip():
+        return f"yours said no with an empty reason; say which part missed (the reference: {ref[1]!r})"
+    return None
+
+
+def _describe_run(result, target_rps, p99_bound_ms, max_error_rate) -> str:
+    return (
+        f"a run with result.rps={result.rps!r}, result.stats.p99_ms={result.stats.p99_ms!r}, "
+        f"result.error_rate={result.error_rate!r} ({result.n} requests, {result.mode} loop, offered "
+        f"{result.rate_rps!r} req/s), judged with target_rps={target_rps!r}, p99_bound_ms={p99_bound_ms!r}, "
+        f"max_error_rate={max_error_rate!r}"
+    )
+
+
+@check(LAB, "slo_verdict agrees with the SLO's three parts on every run tried")
+def check_slo_verdict_same_as_reference(slo_verdict) -> None:
+    same_as_reference(
+        slo_verdict,
+        _reference_slo_verdict,
+        _load_results(),
+        describe=_describe_run,
+        compare=_compare_verdicts,
+        arg_names=("result", "target_rps", "p99_bound_ms", "max_error_rate"),
+        examples=200,
+    )

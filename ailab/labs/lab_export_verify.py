@@ -23,6 +23,7 @@ logits, so the difference between the two is known exactly: 0 everywhere, or a c
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -30,7 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ailab.labs.core import check, expect
+from ailab.labs import differential
+from ailab.labs.core import LabCheckFailed, check, expect
 from ailab.scratch import scratch_dir
 
 LAB = "lab_export_verify"
@@ -388,3 +390,292 @@ def check_parity_failures(parity_check):
             f"returned {got!r}: let the runtime's error propagate - a check that cannot run "
             "must not report a difference",
         )
+
+
+# --------------------------------------------------------------------------- the differential check (issue 42)
+#
+# A case is plain data: a fake classifier (logits = sum of kept ids x scale + number of kept tokens x per_token +
+# bias: which input is which matters), its ONNX twin plus a chosen difference at some elements (0.25, 2**-14 around
+# the default tol, NaN, inf, ...), or an ONNX output of one column, a file that is not a model, or no file; a batch
+# of any shape with its padding id and its keys in either order; tol left at its default or given (0, exactly the
+# difference, just below it, ...); the model handed over in training mode or not; and sometimes a first call on
+# another file written at the same path. The reference and the learner each run the case in their own folder.
+
+
+def _reference_parity_check(model, onnx_path, batch, tol=1e-4):
+    """The contract: max |onnx - torch| over every element, the model in eval mode; AssertionError above tol."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, batch)[0]
+    with torch.no_grad():
+        ref = model.eval()(**{k: torch.from_numpy(v) for k, v in batch.items()}).numpy()
+    assert got.shape == ref.shape, f"ONNX output shape {got.shape} != PyTorch {ref.shape}"
+    diff = float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max())
+    assert diff <= tol, f"ONNX differs from PyTorch by {diff:.2e} > tol {tol}"
+    return diff
+
+
+class _Fake(nn.Module):
+    """logits = (sum of kept ids) * scale + (kept tokens) * per_token + bias, then dropout (training mode only)."""
+
+    def __init__(self, scale, per_token, bias):
+        super().__init__()
+        for name, v in (("scale", scale), ("per_token", per_token), ("bias", bias)):
+            setattr(self, name, nn.Parameter(torch.tensor(v, dtype=torch.float32).reshape(1, -1)))
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, input_ids, attention_mask):
+        total = (input_ids * attention_mask).sum(1, keepdim=True).float()
+        count = attention_mask.sum(1, keepdim=True).float()
+        return self.dropout(total * self.scale + count * self.per_token + self.bias)
+
+
+def _fake_onnx(path: Path, scale, per_token, bias, delta: np.ndarray, one_column: bool) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def const(name, v):
+        return numpy_helper.from_array(np.asarray(v, np.float32).reshape(1, -1), name)
+
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    nodes = [
+        helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
+        helper.make_node("Cast", ["kept"], ["kept_f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["kept_f", "axes"], ["total"], keepdims=1),
+    ]
+    if one_column:  # the sum alone, shape (batch, 1)
+        nodes.append(helper.make_node("Identity", ["total"], ["logits"]))
+    else:
+        inits += [const("scale", scale), const("per_token", per_token), const("bias", bias)]
+        inits.append(numpy_helper.from_array(delta.astype(np.float32), "delta"))
+        nodes += [
+            helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["mask_f", "axes"], ["count"], keepdims=1),
+            helper.make_node("Mul", ["total", "scale"], ["a"]),
+            helper.make_node("Mul", ["count", "per_token"], ["b"]),
+            helper.make_node("Add", ["a", "b"], ["ab"]),
+            helper.make_node("Add", ["ab", "bias"], ["affine"]),
+            helper.make_node("Add", ["affine", "delta"], ["logits"]),
+        ]
+    width = 1 if one_column else len(scale)
+    graph = helper.make_graph(
+        nodes,
+        "fake",
+        [
+            helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+            for n in ("input_ids", "attention_mask")
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", width])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ailab-lab-check")
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+_DELTAS = (0.25, -0.25, 0.5, 3.0, 2.0**-12, 2.0**-13, 2.0**-14, -(2.0**-14), 1e-3, math.nan, math.inf, -math.inf)
+
+
+def _parity_cases():
+    """Hypothesis: (case,), the case a dict of plain data (see the comment above)."""
+    from hypothesis import strategies as st
+
+    file = st.fixed_dictionaries(
+        {
+            "kind": st.sampled_from(["model"] * 8 + ["one column", "not a model", "no file"]),
+            "scale": st.integers(1, 5).flatmap(
+                lambda c: st.lists(st.sampled_from([0, 1, 2, 3, 40, 44]), min_size=c, max_size=c)
+            ),
+            "per_token": st.sampled_from([0, 1, -2]),
+            "bias": st.integers(-4, 4),
+            "cells": st.lists(st.tuples(st.integers(0, 7), st.integers(0, 4), st.sampled_from(_DELTAS)), max_size=3),
+        }
+    )
+
+    @st.composite
+    def case(d):
+        main = d(file)
+        finite = [abs(v) for _, _, v in main["cells"] if math.isfinite(v)]
+        top = max(finite, default=0.0)
+        tol = d(
+            st.one_of(
+                st.just(None),  # left at its default
+                st.sampled_from([0, 0.0, 1e-4, 2.0**-14, 0.2499, 0.25, 1.0, 10, 1e3]),
+                st.sampled_from([top, top, max(top - 5e-7, 0.0)]),  # exactly the difference, and just below it
+            )
+        )
+        return {
+            "file": main,
+            "before": d(st.one_of(st.none(), file)),  # a first call on another file at the same path
+            "rows": d(st.integers(1, 6)),
+            "tokens": d(st.integers(1, 8)),
+            "seed": d(st.integers(0, 2**16)),
+            "pad_id": d(st.sampled_from([0, 1])),
+            "mask_first": d(st.booleans()),
+            "tol": tol,
+            "train": d(st.booleans()),
+            "as_str": d(st.booleans()),
+        }
+
+    return case().map(lambda c: (c,))  # the argument tuple
+
+
+def _parity_batch(case: dict) -> dict:
+    rows, tokens = case["rows"], case["tokens"]
+    g = np.random.default_rng(case["seed"])
+    lengths = g.integers(1, tokens + 1, rows)
+    lengths[0] = tokens  # one row fills the sequence
+    mask = (np.arange(tokens)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask == 1, g.integers(2, 50, (rows, tokens)), case["pad_id"]).astype(np.int64)
+    keys = ("attention_mask", "input_ids") if case["mask_first"] else ("input_ids", "attention_mask")
+    return {k: {"input_ids": ids, "attention_mask": mask}[k] for k in keys}
+
+
+def _write_case_file(path: Path, f: dict, rows: int) -> _Fake:
+    scale = f["scale"]
+    per_token, bias = [f["per_token"]] * len(scale), [f["bias"] * k for k in range(len(scale))]
+    path.unlink(missing_ok=True)
+    if f["kind"] == "not a model":
+        path.write_bytes(b"this is not an ONNX model")
+    elif f["kind"] != "no file":
+        delta = np.zeros((rows, len(scale)), np.float32)
+        for r, c, v in f["cells"]:
+            delta[r % rows, c % len(scale)] = v
+        _fake_onnx(path, scale, per_token, bias, delta, one_column=f["kind"] == "one column")
+    return _Fake(scale, per_token, bias)
+
+
+def _never_passes(f: dict, rows: int) -> bool:
+    """A case where any exception is the right answer: NaN, a shape mismatch, a file ONNX Runtime cannot load."""
+    if f["kind"] in ("not a model", "no file") or (f["kind"] == "one column" and len(f["scale"]) > 1):
+        return True
+    return f["kind"] == "model" and any(math.isnan(v) for r, c, v in f["cells"])
+
+
+def _parity_call(parity_check, case: dict, f: dict, folder: Path) -> tuple:
+    path = folder / "model.onnx"
+    model = _write_case_file(path, f, case["rows"])
+    model.train(case["train"])
+    batch = _parity_batch(case)
+    kept = {k: v.copy() for k, v in batch.items()}
+    given = str(path) if case["as_str"] else path
+    try:
+        if case["tol"] is None:
+            value = parity_check(model, given, batch)
+        else:
+            value = parity_check(model, given, batch, tol=case["tol"])
+        out = ("returns", value)
+    except (NotImplementedError, LabCheckFailed):
+        raise
+    except AssertionError:
+        out = ("refuses",)
+    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything
+        out = ("refuses",) if _never_passes(f, case["rows"]) else ("raises", f"{type(e).__name__}: {_first_line(e)}")
+    if list(batch) != list(kept) or any(not np.array_equal(batch[k], kept[k]) for k in kept):
+        out = ("changes the batch it was given",)
+    return out
+
+
+def _parity_player(parity_check):
+    def play(case: dict) -> list:
+        folder = Path(tempfile.mkdtemp(dir=scratch_dir("ailab-lab-export-diff-")))
+        try:
+            calls = [] if case["before"] is None else [_parity_call(parity_check, case, case["before"], folder)]
+            return calls + [_parity_call(parity_check, case, case["file"], folder)]
+        finally:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return play
+
+
+def _say_file(f: dict, rows: int) -> str:
+    if f["kind"] == "not a model":
+        return "a file that is not an ONNX model"
+    if f["kind"] == "no file":
+        return "no file at all"
+    c = len(f["scale"])
+    if f["kind"] == "one column":
+        if c == 1:
+            return "an ONNX model that outputs the sum of the kept ids alone (PyTorch's logit adds more)"
+        return f"an ONNX model whose output has 1 column where PyTorch's has {c}"
+    cells = [f"{v:+g} at row {r % rows}, class {c_ % c}" for r, c_, v in f["cells"]]
+    return f"an ONNX twin of a {c}-class model, " + (
+        "its output off by " + "; ".join(cells) if cells else "equal to PyTorch's everywhere"
+    )
+
+
+def _say_case(case: dict) -> str:
+    rows, tol = case["rows"], case["tol"]
+    keys = list(_parity_batch(case))
+    said = (
+        f"a batch of shape ({rows}, {case['tokens']}) (padding id {case['pad_id']}, keys {keys}), "
+        + ("tol left at its default" if tol is None else f"tol={tol!r}")
+        + f", the model in {'training' if case['train'] else 'eval'} mode, "
+        f"the path as a {'str' if case['as_str'] else 'Path'}: "
+    )
+    if case["before"] is not None:
+        said += f"first {_say_file(case['before'], rows)}, then at the same path "
+    return said + _say_file(case["file"], rows)
+
+
+def _same_parity(mine: list, ref: list) -> str | None:
+    for k, (m, r) in enumerate(zip(mine, ref), 1):
+        at = f"at call {k}: " if len(ref) > 1 else ""
+        if r[0] == "returns" and m[0] == "returns":
+            if not isinstance(m[1], (float, np.floating)):
+                return f"{at}parity_check should return the max absolute difference as a float, {r[1]!r}; got {m[1]!r}"
+            how = differential.close(rel=1e-6, abs_=1e-12)(float(m[1]), r[1])
+            if how:
+                return f"{at}the max |onnx - torch| is {r[1]!r}; yours returned {float(m[1])!r}"
+            continue
+        if m[0] == r[0] and m[0] != "raises":
+            continue
+        said = {"returns": lambda o: f"returns {o[1]!r}", "refuses": lambda o: "raises AssertionError"}
+        ref_said = said.get(r[0], lambda o: f"raises {o[1]}")(r)
+        mine_said = said.get(m[0], lambda o: f"raises {o[1]}" if len(o) > 1 else o[0])(m)
+        return f"{at}the reference {ref_said}; yours {mine_said}"
+    return None
+
+
+def _edge(cells=(), tol=None, before=None, small=False, kind="model", per_token=1, **case) -> tuple:
+    """A case the contract names, as the argument tuple: a 5-class twin on a (4, 6) batch, eval mode, a Path;
+    logits in the thousands, or below 512 with `small` (where float32 still holds a difference of 2**-14)."""
+    scale = [1, 1, 1, 1, 1] if small else [40, 41, 42, 43, 44]
+    file = {"kind": kind, "scale": scale, "per_token": per_token, "bias": 0, "cells": list(cells)}
+    base = {"file": file, "before": before, "rows": 4, "tokens": 6, "seed": 1, "pad_id": 0, "mask_first": False}
+    base.update({"tol": tol, "train": False, "as_str": False})
+    base.update(case)
+    return (base,)
+
+
+_PARITY_EDGES = (
+    _edge([(2, 4, 0.25)], tol=0.25),  # a difference equal to tol passes
+    _edge([(3, 3, -0.25)], tol=1.0),  # below PyTorch's, in the last row: the largest |difference|
+    _edge([(1, 2, 2.0**-12)], small=True),  # 2.4e-4 fails the default 1e-4
+    _edge([(1, 2, 2.0**-14)], small=True, tol=0),  # 6.1e-5 fails a tol of 0: 0 is a tolerance, not "none given"
+    _edge([(1, 2, 2.0**-14)], small=True, tol=2.0**-14),  # 6.1e-5 exactly at tol: returned as it is, not rounded
+    _edge([(2, 4, 0.25)], tol=0.25 - 5e-7),  # just above tol fails
+    _edge([(0, 0, 0.5)], tol=1.0, before=_edge()[0]["file"]),  # another model rewritten at the same path
+    _edge(mask_first=True, pad_id=1, tol=0.0),  # keys in another order; padding id 1
+    _edge([(0, 0, 0.25)], tol=0.2499, train=True, as_str=True),  # training mode; logits in the thousands
+    _edge([(2, 3, math.nan)], tol=1.0),  # a NaN never passes
+    _edge(kind="one column", small=True, per_token=0, tol=1.0),  # (4, 1) against (4, 5) equal columns: no broadcasting
+    _edge(kind="not a model", tol=1.0),  # ONNX Runtime cannot load it: its error, not a difference
+)
+
+
+@check(LAB, "parity check does what the reference does on any model, batch, difference and tol")
+def check_parity_same_as_reference(parity_check):
+    differential.same_as_reference(
+        _parity_player(parity_check),
+        _parity_player(_reference_parity_check),
+        _parity_cases(),
+        describe=_say_case,
+        compare=_same_parity,
+        edges=_PARITY_EDGES,
+        arg_names=("case",),
+        examples=30,
+    )
