@@ -14,7 +14,7 @@ NBVAL := $(BIN)/pytest -q --durations=40 --nbval-lax --nbval-current-env --nbval
 # travelling copy): make test's notebook pass does not run them a second time (keep both lists equal; a test does).
 REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_serving/ex_histogram_quantile.ipynb
 
-.PHONY: setup setup-gpu services lab test lint test-unit test-notebooks test-noisy test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
+.PHONY: setup setup-gpu services lab test lint test-unit test-notebooks test-noisy catch-rate test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
 
 ## setup: create .venv if missing and install the pinned package, its tools and the offline data
 # The course's JupyterLab settings (no "get notified about Jupyter news?" pop-up: the course works offline).
@@ -87,6 +87,10 @@ test-notebooks: setup
 NOISY_ARGS ?= --hog steady --hog bursty --runs 2 --workers 2 notebooks solutions
 test-noisy: setup
 	$(BIN)/python scripts/noisy.py $(NOISY_ARGS)
+
+## catch-rate: how many of an independent set of wrong answers (tests/wrong_answers/) the lab checks catch
+catch-rate: setup
+	$(BIN)/python scripts/catch_rate.py
 
 ## test-gpu: the same suite on a CUDA machine; fails loudly when no GPU is visible
 test-gpu: setup

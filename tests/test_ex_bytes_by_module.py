@@ -337,3 +337,17 @@ def test_the_differential_check_names_the_model_and_both_answers():
 def test_stub_fails_the_differential_check():
     with pytest.raises(LabCheckFailed, match="not implemented yet"):
         L.check_same_as_reference(stub)
+
+
+def remembers_each_model(model, depth=1, _memo={}):
+    """State: an answer memoised per model object, so a model cast after the first call keeps its old size."""
+    key = (id(model), depth)
+    if key not in _memo:
+        _memo[key] = bytes_by_module(model, depth)
+    return _memo[key]
+
+
+def test_a_model_changed_between_calls_is_measured_again():
+    L.check_sees_a_changed_model(bytes_by_module)
+    with pytest.raises(LabCheckFailed, match="the one from before the change"):
+        L.check_sees_a_changed_model(remembers_each_model)

@@ -376,3 +376,17 @@ def test_the_differential_checks_name_the_input_and_both_answers():
         lab.check_slope_same_as_reference(deletes_the_warmup)
     with pytest.raises(LabCheckFailed, match=r"a fitted slope of .* the fitted slope after the warm-up says True"):
         lab.check_is_leaking_same_as_reference(is_leaking_whole_kib)
+
+
+def leaking_at_the_threshold(samples):
+    """Boundaries: a slope exactly at 4 KiB per iteration counts as a leak (>= where the contract says above)."""
+    y = np.asarray(samples, dtype=float)
+    y = y[int(len(y) * 0.2) :]
+    if len(y) < 2:
+        raise ValueError("no readings to fit")
+    return bool(np.polyfit(np.arange(len(y)), y, 1)[0] >= 4096)
+
+
+def test_a_slope_exactly_at_the_threshold_is_not_a_leak():
+    with pytest.raises(LabCheckFailed, match="yours says True"):
+        lab.check_is_leaking_same_as_reference(leaking_at_the_threshold)

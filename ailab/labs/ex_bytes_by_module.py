@@ -427,3 +427,23 @@ def check_same_as_reference(bytes_by_module):
         arg_names=("model", "depth"),
         examples=100,
     )
+
+
+@check(LAB, "a model changed between two calls is measured again")
+def check_sees_a_changed_model(bytes_by_module):
+    """State that outlives a call: the same model object, cast to half precision and given a new buffer after the
+    first call, must be measured as it is now, not as it was (a cache keyed by the model, or by its id, fails)."""
+    model = toy()
+    first = _groups(bytes_by_module, model, 1, "the toy model")
+    _compare(first, {k: v for k, v in _reference_bytes_by_module(model, 1).items() if v}, "the toy model")
+    model.half()
+    model.register_buffer("step", torch.zeros(3, dtype=torch.int64))
+    what = "the same toy model after model.half() and a new int64 buffer on the model itself"
+    got = _groups(bytes_by_module, model, 1, what)
+    want = {k: v for k, v in _reference_bytes_by_module(model, 1).items() if v}
+    expect(
+        got != first or want == first,
+        f"{what}: your answer is the one from before the change ({first}); measure the model each time you are "
+        "called, keep nothing from one call to the next",
+    )
+    _compare(got, want, what)

@@ -537,7 +537,9 @@ def _compare_verdicts(mine, ref) -> str | None:
         return f"the reason should be a str; got {reason!r}"
     if bool(ok) != ref[0]:
         return f"yours said ok={bool(ok)} ({reason!r}); the SLO's three parts say ok={ref[0]} ({ref[1]!r})"
-    if not ok and not reason.strip():
+    if not reason.strip():
+        if ok:
+            return "yours said yes with an empty reason; a verdict always says why: that the run meets the SLO"
         return f"yours said no with an empty reason; say which part missed (the reference: {ref[1]!r})"
     return None
 

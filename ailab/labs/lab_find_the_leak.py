@@ -351,6 +351,9 @@ EITHER = "True or False (the slope is within float rounding of the threshold)"
 
 def _reference_is_leaking(samples):
     slope = _reference_leak_slope(samples)
+    kept = np.asarray(samples, dtype=float)[int(len(samples) * 0.2) :]
+    if len(kept) >= 2 and np.all(np.diff(kept) == THRESHOLD):
+        return False  # growing by exactly 4 KiB per iteration is at the threshold, not above it
     if abs(slope - THRESHOLD) <= 1e-6 * THRESHOLD:
         return EITHER
     return slope > THRESHOLD
@@ -388,7 +391,13 @@ def check_is_leaking_same_as_reference(is_leaking) -> None:
         _soaks(slopes=near).map(lambda s: (s,)),
         describe=_say_flag,
         compare=_same_flag,
-        edges=[([],), ([300e6 + 4200.0 * i for i in range(10)],), ([300e6 + 4000.0 * i for i in range(10)],)],
+        edges=[
+            ([],),
+            ([300e6 + 4200.0 * i for i in range(10)],),
+            ([300e6 + 4000.0 * i for i in range(10)],),
+            ([THRESHOLD * i for i in range(12)],),  # exactly at the threshold: not above it
+            ([2**31 + THRESHOLD * i for i in range(25)],),
+        ],
         arg_names=("samples",),
         examples=200,
     )
