@@ -14,6 +14,7 @@ notebook); `shared`, one expensive object per process (a model, a server) built 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -166,10 +167,26 @@ def within_time(
     if thread.is_alive():
         if unstick is not None:
             unstick()
+            thread.join(0.2)
+        stop_thread(thread)
         raise LabCheckFailed(too_slow)
     if "error" in box:
         raise box["error"]
     return box.get("out")
+
+
+class Abandoned(BaseException):
+    """Raised inside a learner's thread that overran its time limit: a loop that spins for ever would otherwise
+    keep a core busy for the rest of the session (and, in the test suite, slow every test after it)."""
+
+
+def stop_thread(thread: threading.Thread, wait_s: float = 1.0) -> bool:
+    """Stop an overrunning thread by raising Abandoned in it at its next Python instruction; returns whether it
+    ended. A thread blocked inside C (a sleep, a socket read) ends only when that call returns; it spends no CPU."""
+    if thread.is_alive() and thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(Abandoned))
+        thread.join(wait_s)
+    return not thread.is_alive()
 
 
 _SHARED: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import check, expect
 from ailab.labs.differential import exactly, same_as_reference, short
 from ailab.monitoring import Rule, evaluate
 
@@ -331,26 +331,9 @@ def _states_only(mine, ref):
     return exactly(mine, ref)
 
 
-def _same_on_every_call(*args, **kwargs):
-    """same_as_reference, where an answer that changes between two calls on one input is told as such.
-
-    (The kit lets Hypothesis's Flaky error through, which the learner would read as a defect in the check.)
-    """
-    from hypothesis.errors import Flaky
-
-    try:
-        same_as_reference(*args, **kwargs)
-    except Flaky:
-        raise LabCheckFailed(
-            "the same input gave different states on two calls: your function keeps something from one call to "
-            "the next (a global, a mutable default argument, a cache); the states should depend only on the "
-            "series, threshold and for_s given"
-        ) from None
-
-
 @check(LAB, "gives the evaluator's state on every sample of every series tried")
 def check_same_as_reference(alert_states):
-    _same_on_every_call(
+    same_as_reference(
         alert_states,
         reference,
         _series(),

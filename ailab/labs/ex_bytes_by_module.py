@@ -254,20 +254,6 @@ def check_depth(bytes_by_module):
 # --------------------------------------------------------------------------- the differential check (issue 42)
 
 
-def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
-    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
-    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
-    from hypothesis import errors
-
-    try:
-        same_as_reference(learner, reference, inputs, **kwargs)
-    except errors.Flaky:
-        raise LabCheckFailed(
-            "your function gave two different answers for the same input on two calls: it keeps something from one "
-            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
-        ) from None
-
-
 _DTYPES = (
     torch.float32,
     torch.float16,
@@ -418,7 +404,7 @@ def check_same_as_reference(bytes_by_module):
             )
         return out
 
-    _same_as_reference(
+    same_as_reference(
         learner,
         lambda spec, depth: _reference_bytes_by_module(_build(spec), depth),
         _models(),

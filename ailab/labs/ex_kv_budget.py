@@ -25,7 +25,7 @@ from __future__ import annotations
 import numbers
 
 from ailab import memory
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import check, expect
 from ailab.labs.differential import same_as_reference
 
 LAB = "ex_kv_budget"
@@ -178,20 +178,6 @@ def check_blocks(max_sequences):
     )
 
 
-def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
-    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
-    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
-    from hypothesis import errors
-
-    try:
-        same_as_reference(learner, reference, inputs, **kwargs)
-    except errors.Flaky:
-        raise LabCheckFailed(
-            "your function gave two different answers for the same input on two calls: it keeps something from one "
-            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
-        ) from None
-
-
 def _reference_max_sequences(budget_bytes, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=None):
     """The contract, in integers from start to end."""
     tokens = seq_len if block_tokens is None else -(-seq_len // block_tokens) * block_tokens
@@ -253,7 +239,7 @@ def _say(budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens)
 
 @check(LAB, "the same count as the reference on every shape and budget tried")
 def check_same_as_reference(max_sequences):
-    _same_as_reference(
+    same_as_reference(
         lambda budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens: max_sequences(
             budget, layers, kv_heads, head_dim, seq_len, dtype_bytes, block_tokens=block_tokens
         ),

@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import check, expect
 from ailab.labs.differential import close, short, same_as_reference
 
 LAB = "ex_roofline"
@@ -193,20 +193,6 @@ def check_bound(bound):
     )
 
 
-def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
-    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
-    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
-    from hypothesis import errors
-
-    try:
-        same_as_reference(learner, reference, inputs, **kwargs)
-    except errors.Flaky:
-        raise LabCheckFailed(
-            "your function gave two different answers for the same input on two calls: it keeps something from one "
-            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
-        ) from None
-
-
 def _reference_attainable(intensity, peak_gflops, bandwidth_gb_s):
     """The roofline of each intensity: a float for a number, a float array of the same shape for an array."""
     if isinstance(intensity, np.ndarray):
@@ -275,7 +261,7 @@ def _same_roof(mine, ref) -> str | None:
 
 @check(LAB, "attainable_gflops: the same roofline as the reference, numbers and arrays")
 def check_attainable_same_as_reference(attainable_gflops):
-    _same_as_reference(
+    same_as_reference(
         attainable_gflops,
         _reference_attainable,
         _intensities(),
@@ -359,7 +345,7 @@ def _say_op(flops, nbytes, peak, bw) -> str:
 
 @check(LAB, "bound: the same side of the ridge as the reference, for every machine and operation")
 def check_bound_same_as_reference(bound):
-    _same_as_reference(
+    same_as_reference(
         bound,
         _reference_bound,
         _operations(),

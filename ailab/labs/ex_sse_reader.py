@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 from typing import Iterable, Iterator
 
-from ailab.labs.core import LabCheckFailed, check, expect
-from ailab.labs.differential import same_as_reference as _same_as_reference
+from ailab.labs.core import check, expect
+from ailab.labs.differential import same_as_reference
 
 LAB = "ex_sse_reader"
 
@@ -221,20 +221,6 @@ def check_streaming(read_events):
 
 
 # --------------------------------------------------------------------------- the differential check
-
-
-def same_as_reference(learner, reference, inputs, **kwargs):
-    """The kit's same_as_reference, where an answer that keeps something between calls (so the same input gets
-    another answer the second time) fails with words instead of Hypothesis's FlakyFailure."""
-    from hypothesis import errors
-
-    try:
-        _same_as_reference(learner, reference, inputs, **kwargs)
-    except errors.Flaky as e:
-        raise LabCheckFailed(
-            "the same input got a different answer from your code the second time it was tried: it keeps something "
-            f"from one call to the next (a module-level or default-argument buffer, a cache). ({str(e)[:300]})"
-        ) from None
 
 
 def _reference_read_events(chunks):

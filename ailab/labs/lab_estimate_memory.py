@@ -20,7 +20,7 @@ import numbers
 import torch
 
 from ailab import memory
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import check, expect
 from ailab.labs.differential import same_as_reference, short
 
 LAB = "lab_estimate_memory"
@@ -292,20 +292,6 @@ def activation_error_table(
 # --------------------------------------------------------------------------- the differential checks (issue 42)
 
 
-def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
-    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
-    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
-    from hypothesis import errors
-
-    try:
-        same_as_reference(learner, reference, inputs, **kwargs)
-    except errors.Flaky:
-        raise LabCheckFailed(
-            "your function gave two different answers for the same input on two calls: it keeps something from one "
-            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
-        ) from None
-
-
 _ALL_DTYPES = (
     DTYPES
     + OTHER_DTYPES
@@ -349,7 +335,7 @@ def _counts(limit: int):
 def check_param_bytes_same_as_reference(param_bytes) -> None:
     from hypothesis import strategies as st
 
-    _same_as_reference(
+    same_as_reference(
         param_bytes,
         _reference_param_bytes,
         st.tuples(
@@ -368,7 +354,7 @@ def check_param_bytes_same_as_reference(param_bytes) -> None:
 def check_activation_same_as_reference(activation_bytes) -> None:
     from hypothesis import strategies as st
 
-    _same_as_reference(
+    same_as_reference(
         activation_bytes,
         _reference_activation_bytes,
         st.tuples(
@@ -420,7 +406,7 @@ def _say_kv(cfg, seq, batch, dtype) -> str:
 @check(LAB, "kv_cache_bytes: the same bytes as the formula for every config")
 def check_kv_same_as_reference(kv_cache_bytes) -> None:
     llama = memory.PUBLISHED_CONFIGS["Llama-2-7B"]
-    _same_as_reference(
+    same_as_reference(
         kv_cache_bytes,
         _reference_kv_cache_bytes,
         _decoders(),

@@ -27,7 +27,7 @@ import numbers
 
 import numpy as np
 
-from ailab.labs.core import LabCheckFailed, check, expect
+from ailab.labs.core import check, expect
 from ailab.labs.differential import close, same_as_reference, short
 
 LAB = "lab_find_the_leak"
@@ -259,20 +259,6 @@ def check_no_readings(is_leaking) -> None:
 # --------------------------------------------------------------------------- the differential checks (issue 42)
 
 
-def _same_as_reference(learner, reference, inputs, **kwargs) -> None:
-    """The kit's same_as_reference, with Hypothesis's "flaky" error (an answer that changes between two calls on
-    the same input, i.e. state kept between calls) told to the learner in words instead of as a checker defect."""
-    from hypothesis import errors
-
-    try:
-        same_as_reference(learner, reference, inputs, **kwargs)
-    except errors.Flaky:
-        raise LabCheckFailed(
-            "your function gave two different answers for the same input on two calls: it keeps something from one "
-            "call to the next (a cache, a global, a default argument). Compute each answer from what it is given"
-        ) from None
-
-
 def _reference_leak_slope(samples, warmup_frac=0.2) -> float:
     if len(samples) == 0:
         raise Exception("no readings, no slope")  # any error will do: the contract asks for one, not which
@@ -334,7 +320,7 @@ def _same_slope(mine, ref) -> str | None:
 
 @check(LAB, "leak_slope: the same slope as the least-squares fit on every soak tried")
 def check_slope_same_as_reference(leak_slope) -> None:
-    _same_as_reference(
+    same_as_reference(
         lambda samples, warmup_frac: leak_slope(samples, warmup_frac=warmup_frac),
         _reference_leak_slope,
         _slope_inputs(),
@@ -385,7 +371,7 @@ def check_is_leaking_same_as_reference(is_leaking) -> None:
         st.sampled_from([THRESHOLD * (1 + 1e-3), THRESHOLD * (1 - 1e-3), 4000.0, 4200.0, 0.0, -float(THRESHOLD)]),
         st.floats(-2.0 * THRESHOLD, 4.0 * THRESHOLD),
     )
-    _same_as_reference(
+    same_as_reference(
         is_leaking,
         _reference_is_leaking,
         _soaks(slopes=near).map(lambda s: (s,)),
