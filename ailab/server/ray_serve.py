@@ -127,6 +127,18 @@ def _loopback_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False  # read at each call, so this covers an already imported ray
 
 
+def _patient_with_a_busy_machine() -> None:
+    """Give Serve's HTTP proxy a minute to come up instead of 5 s. Its controller asks a starting proxy "ready?"
+    with a 5 s limit and kills it on the first miss; beside a busy neighbour on two cores, starting the proxy's
+    worker process took longer, and serve.start() then failed with "the actor died ... killed by ray.kill"
+    (six tests of a fresh-clone make test). The controller reads the setting from the environment it inherits
+    through the raylet, so it must be set before Ray starts; an operator's own value wins."""
+    import os
+
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
+    os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "30")
+
+
 class RayCluster:
     """Ray on loopback and Serve's HTTP proxy on 127.0.0.1:<port>, one application deployed on it.
 
@@ -150,6 +162,7 @@ class RayCluster:
         t0 = time.perf_counter()
         self.cluster = None
         _loopback_only()
+        _patient_with_a_busy_machine()
         if nodes > 1:
             from ray.cluster_utils import Cluster
 
