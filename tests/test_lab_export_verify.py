@@ -8,8 +8,8 @@ names what to look at.
 export_dynamic(model, sample, path) -> path
 | question | what the checks try |
 |---|---|
-| which input varies each field | the path (returned as given), the sample (its shape must not be baked in) |
-| boundaries | one row, one token; more rows and longer texts than the sample |
+| which input varies each field | the path (returned as given), the sample (its shape must not be baked in; drawn by the differential check: 2-6 rows, 2-24 tokens) |
+| boundaries | one row, one token; more rows and longer texts than the sample; the smallest sample (2 x 2, square); a file already at the path |
 | a shape the notes never show | shapes the export never saw, run through ONNX Runtime |
 | order or ties | - |
 | errors: type and message | one self-contained file; inputs input_ids and attention_mask (int64, both axes symbolic), output logits |
@@ -122,6 +122,14 @@ def fixed_path_export(model, sample, path):  # a constant where the argument bel
     target = path.parent.parent / "model.onnx"
     right_export(model, sample, target)
     return target
+
+
+def cached_export(model, sample, path):  # "skip the slow export when the file is already there": returns a stale file
+    from pathlib import Path
+
+    if Path(path).exists():
+        return path
+    return right_export(model, sample, path)
 
 
 def stub(*args, **kwargs):
@@ -491,3 +499,23 @@ def test_the_differential_check_names_the_case_and_both_answers():
     with pytest.raises(LabCheckFailed) as e:
         lab.check_parity_same_as_reference(zipped_feed_parity)
     assert "keys ['attention_mask', 'input_ids']" in str(e.value)
+
+
+# --------------------------------------------------------------------------- the differential check (export)
+
+
+def test_the_right_export_agrees_with_pytorch_on_any_sample():
+    lab.check_dynamic_export_same_as_reference(right_export)
+
+
+def test_an_export_that_keeps_a_stale_file_passes_the_listed_check_but_not_the_differential_one():
+    lab.check_dynamic_export(cached_export)  # its folder is fresh: nothing stale to keep
+    with pytest.raises(LabCheckFailed, match="a file already at the path") as e:
+        lab.check_dynamic_export_same_as_reference(cached_export)
+    assert "your code raised" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("wrong", [fixed_export, batch_only_export, int32_export, fixed_path_export, stub])
+def test_the_differential_export_check_catches_the_listed_wrong_exports(wrong):
+    with pytest.raises(LabCheckFailed):
+        lab.check_dynamic_export_same_as_reference(wrong)

@@ -160,6 +160,80 @@ def check_dynamic_export(export_dynamic):
             )
 
 
+# ------------------------------------------------------------------------- the differential check (export)
+# The contract's samples: batch and sequence of 2 or more (torch.export fixes a size-1 axis to a constant, so a
+# size-1 sample is outside it), square or not, and a path with or without a file already there to replace.
+_EXPORT_EDGES = (
+    ((2, 2, False),),  # the smallest sample, square: its two axes must stay two symbols, not one
+    ((5, 2, True),),  # more rows than tokens, over a file already at the path
+    ((2, 24, False),),  # a long sample with two rows
+)
+
+
+def _export_samples():
+    from hypothesis import strategies as st
+
+    return st.tuples(st.tuples(st.integers(2, 6), st.integers(2, 24), st.booleans()))
+
+
+def _probes(batch: int, seq: int) -> list[tuple[int, int]]:
+    """Shapes to run an export at: one row of one token, more rows and longer texts than its sample, and the
+    model's longest text (64 positions) in a batch of 16."""
+    return [(1, 1), (batch + 3, min(seq + 7, 64)), (16, 64)]
+
+
+def _exported_logits(export_dynamic):
+    """What one sample's export answers: export with `export_dynamic` into a folder of its own, then the
+    logits ONNX Runtime gives at each probe shape, by shape."""
+
+    def answer(spec):
+        batch, seq, replace = spec
+        model = tiny_classifier(0)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.onnx"
+            if replace:
+                path.write_bytes(b"an older file at this path")
+            export_dynamic(model, token_batch(batch, seq, seed=batch * 31 + seq), path)
+            sess = _session(path)
+            return {
+                f"logits at {shape}": sess.run(None, token_batch(*shape, seed=7, as_numpy=True))[0]
+                for shape in _probes(batch, seq)
+            }
+
+    return answer
+
+
+def _pytorch_logits(spec):
+    """The reference: what the model itself answers at each probe shape."""
+    batch, seq, _ = spec
+    model = tiny_classifier(0)
+    with torch.no_grad():
+        return {f"logits at {shape}": model(**token_batch(*shape, seed=7)).numpy() for shape in _probes(batch, seq)}
+
+
+def _say_sample(spec) -> str:
+    batch, seq, replace = spec
+    there = "a file already at the path" if replace else "no file at the path yet"
+    return f"a sample of {batch} rows x {seq} tokens, {there} (then run at shapes {_probes(batch, seq)})"
+
+
+@check(LAB, "export matches PyTorch whatever sample it is given")
+def check_dynamic_export_same_as_reference(export_dynamic):
+    """The export of any sample in the contract, run through ONNX Runtime at shapes it never saw, gives the
+    model's own logits (within 1e-4)."""
+    differential.same_as_reference(
+        _exported_logits(export_dynamic),
+        _pytorch_logits,
+        _export_samples(),
+        describe=_say_sample,
+        compare=differential.close(rel=0.0, abs_=1e-4),
+        edges=_EXPORT_EDGES,
+        arg_names=("sample",),
+        examples=3,  # an export takes seconds: the edges and three drawn samples, about half a minute
+        limit_s=120.0,
+    )
+
+
 # ------------------------------------------------------------------------------------ fakes with known diffs
 SCALE_BIG, BIAS_BIG = (40, 41, 42, 43, 44), (0, 1, -1, 2, -2)  # logits in the thousands, 5 classes
 SCALE_SMALL, BIAS_SMALL = (1, 1, 1, 1, 1), (0, 1, 2, 3, 4)  # logits below 256: float32 steps of 2**-16
