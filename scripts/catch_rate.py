@@ -42,8 +42,10 @@ def _checks(task: str):
     return [fn for fn in vars(mod).values() if getattr(fn, "check_name", None) and fn.__module__ == mod.__name__]
 
 
-def judge(task: str, answers: dict) -> tuple[list[str], list[str]]:
-    """Run every check of `task` whose parameters `answers` can fill; return (failed check names, skipped ones)."""
+def judge(task: str, answers: dict, wrong_param: str | None = None) -> tuple[list[str], list[str]]:
+    """Run every check of `task` whose parameters `answers` can fill; return (failed check names, skipped ones).
+    With `wrong_param`, only the checks that take it, up to the first that fails: every other check gets only
+    right answers, which the run over RIGHT alone has already judged (some checks export models and take a minute)."""
     from ailab.labs import LabCheckFailed
 
     failed, skipped = [], []
@@ -51,6 +53,8 @@ def judge(task: str, answers: dict) -> tuple[list[str], list[str]]:
         params = [p for p in inspect.signature(chk).parameters.values() if p.default is p.empty]
         if any(p.name not in answers for p in params):
             skipped.append(chk.check_name)
+            continue
+        if wrong_param is not None and (failed or wrong_param not in {p.name for p in params}):
             continue
         with contextlib.redirect_stdout(io.StringIO()):
             try:
@@ -90,7 +94,7 @@ def main(argv=None) -> int:
             answers = {**mod.RIGHT, name: wrong}
             signal.alarm(LIMIT_S)
             try:
-                failed, _ = judge(task, answers)
+                failed, _ = judge(task, answers, wrong_param=name)
             except _Timeout:
                 failed = [f"(no verdict within {LIMIT_S} s)"]
             finally:
