@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import socket
 import threading
 import time
@@ -262,6 +263,21 @@ def test_open_loop_sees_a_stall_that_a_closed_loop_hides(server):
     assert r_open.stats.p90_ms > 300, r_open  # ~1/3 of the arrivals landed in the stall
     assert r_closed.stats.p90_ms < 100, r_closed  # the closed loop hides it below p99
     assert r_open.stats.p99_ms > 3 * r_closed.stats.p99_ms
+
+
+def test_a_sweep_counts_the_cpu_the_server_spends_per_request(server):
+    import os
+
+    url = server(delay_s=0.005)  # in this process: its CPU is this process's (the load generator's included)
+    s = bench.sweep(url, None, concurrencies=[1, 4], duration_s=0.4, warmup_s=0.1, rounds=2, server_pid=os.getpid())
+    assert len(s.server_cpu_s) == len(s.results) == 4 and all(c > 0 for c in s.server_cpu_s)
+    pts = {p["clients"]: p for p in s.points()}
+    assert all(0 < p["server_cpu_ms_per_request"] < math.inf for p in pts.values()), pts
+    assert s.ratio(1, 4, "server_cpu_ms_per_request") > 0
+    plain = bench.sweep(url, None, concurrencies=[1], duration_s=0.3, warmup_s=0.1)
+    assert plain.server_cpu_s is None and "server_cpu_ms_per_request" not in plain.points()[0]
+    with pytest.raises(ValueError, match="server_pid"):
+        plain.ratio(1, 1, "server_cpu_ms_per_request")
 
 
 def test_sweeps_on_a_saturating_server(server):

@@ -23,25 +23,33 @@ class SweepResult:
     slo_p99_ms: float
     max_error_rate: float
     results: list[LoadResult]
+    server_cpu_s: list[float] | None = None  # per run, the server's CPU seconds over it (sweep's server_pid)
 
     @property
     def concurrencies(self) -> list[int]:
         return list(dict.fromkeys(r.clients for r in self.results))
 
-    def _by_clients(self) -> dict[int, list[LoadResult]]:
-        by: dict[int, list[LoadResult]] = {}
-        for r in self.results:
-            by.setdefault(r.clients, []).append(r)
+    def _by_clients(self) -> dict[int, list[tuple[LoadResult, float | None]]]:
+        by: dict[int, list[tuple[LoadResult, float | None]]] = {}
+        cpu = self.server_cpu_s or [None] * len(self.results)
+        for r, c in zip(self.results, cpu):
+            by.setdefault(r.clients, []).append((r, c))
         return by
 
     @staticmethod
-    def _figures(r: LoadResult) -> dict:
-        return {
+    def _figures(run: tuple[LoadResult, float | None]) -> dict:
+        r, cpu_s = run
+        figures = {
             "rps": r.rps,
             "p50_ms": r.stats.p50_ms if r.n_ok else math.inf,
             "p99_ms": r.stats.p99_ms if r.n_ok else math.inf,  # failures count in the tail
             "error_rate": r.error_rate,
         }
+        if cpu_s is not None:
+            # The run's CPU (warm-up included) over the requests it measured: every step spends the same share of
+            # its time warming up, so steps compare. What batching saves, whatever else the machine is doing.
+            figures["server_cpu_ms_per_request"] = 1e3 * cpu_s / r.n_ok if r.n_ok else math.inf
+        return figures
 
     def points(self) -> list[dict]:
         out = []
@@ -58,6 +66,11 @@ class SweepResult:
         by = self._by_clients()
         if a not in by or b not in by:
             raise ValueError(f"this sweep ran {self.concurrencies} clients; ratio() asked for {a} and {b}")
+        if key not in self._figures(by[a][0]):
+            raise ValueError(
+                f"this sweep has no {key!r} (it has {sorted(self._figures(by[a][0]))}; server_cpu_ms_per_request "
+                "needs sweep(..., server_pid=the server's process id))"
+            )
         pairs = [(self._figures(x)[key], self._figures(y)[key]) for x, y in zip(by[a], by[b])]
         return float(np.median([x / y if y else math.inf for x, y in pairs]))
 
@@ -81,25 +94,46 @@ def sweep(
     max_error_rate: float = 0.01,
     progress: bool | None = None,
     rounds: int = 1,
+    server_pid: int | None = None,
     **kw,
 ) -> SweepResult:
     """A closed loop at each concurrency; `.best_within_slo` is the best throughput that still meets the SLO.
 
     rounds: visit every concurrency `rounds` times, in turn (1, 4, 16, 1, 4, 16, ...), each for `duration_s`.
-    On a shared machine the load drifts: in one pass, a busy minute lands on some concurrencies and not others."""
+    On a shared machine the load drifts: in one pass, a busy minute lands on some concurrencies and not others.
+    server_pid: the server's process, to count the CPU it spends per request at each concurrency
+    (`server_cpu_ms_per_request`). Throughput depends on how much of the cores the server gets; the CPU a request
+    costs it hardly does, so this is what shows batching's saving beside a busy neighbour."""
     if not concurrencies or any(not isinstance(c, int) or c < 1 for c in concurrencies):
         raise ValueError(f"concurrencies must be whole numbers >= 1 (got {concurrencies!r})")
     if not (isinstance(rounds, int) and rounds >= 1):
         raise ValueError(f"rounds must be a whole number >= 1 (got {rounds!r})")
-    results = []
+    results, cpu = [], []
     steps = [c for _ in range(rounds) for c in dict.fromkeys(concurrencies)]
     if progress:
         from tqdm.auto import tqdm
 
         steps = tqdm(steps, desc="sweep")
     for c in steps:
+        before = process_cpu_s(server_pid) if server_pid is not None else 0.0
         results.append(closed_loop(url, payloads, c, duration_s, warmup_s, progress=False, **kw))
-    return SweepResult(float(slo_p99_ms), float(max_error_rate), results)
+        cpu.append(process_cpu_s(server_pid) - before if server_pid is not None else None)
+    return SweepResult(float(slo_p99_ms), float(max_error_rate), results, cpu if server_pid is not None else None)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) `pid` and its children have spent so far."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc] + proc.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 # --------------------------------------------------------------------------- by offered rate (open loop)
