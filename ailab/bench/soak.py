@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ailab.bench.loops import closed_loop
+from ailab.bench.process import process_rss_mb
 from ailab.bench.records import LoadResult
 
 
@@ -53,21 +54,6 @@ def _call(slope: float, se: float, limit: float) -> str:
     if slope + 2 * se <= limit:
         return "under"
     return "unknown"
-
-
-def process_rss_mb(pid: int, children: bool = True) -> float:
-    """Resident memory of `pid` (plus its children: worker processes count too), in MB."""
-    import psutil
-
-    proc = psutil.Process(pid)
-    procs = [proc] + (proc.children(recursive=True) if children else [])
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
 
 
 _WORDS = {"over": "over the limit", "under": "under the limit", "unknown": "not enough data to tell"}

@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ailab.bench.loops import closed_loop, open_loop
+from ailab.bench.process import process_cpu_s
 from ailab.bench.records import LoadResult
 
 
@@ -119,21 +120,6 @@ def sweep(
         results.append(closed_loop(url, payloads, c, duration_s, warmup_s, progress=False, **kw))
         cpu.append(process_cpu_s(server_pid) - before if server_pid is not None else None)
     return SweepResult(float(slo_p99_ms), float(max_error_rate), results, cpu if server_pid is not None else None)
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) `pid` and its children have spent so far."""
-    import psutil
-
-    proc = psutil.Process(pid)
-    total = 0.0
-    for p in [proc] + proc.children(recursive=True):
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 # --------------------------------------------------------------------------- by offered rate (open loop)
