@@ -161,7 +161,8 @@ def chapter_header(ch: dict, names: dict[str, str] | None = None) -> str:
         + [""]
     )
     names = names or {}
-    lines.append("**Topics:** " + "; ".join(f"{t} ({names[t]})" if t in names else t for t in ch["topics"]))
+    # In words: a topic's ID is the maintainers' handle on book.yml's list, and a reader cannot look it up.
+    lines.append("**Topics:** " + "; ".join(names.get(t, t) for t in ch["topics"]))
     tasks = [(kind, ch[key]) for kind, key in (("Lab", "lab"), ("Exercise", "exercise")) if ch.get(key)]
     if tasks:
         lines += [""] + [
@@ -220,6 +221,11 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
                     entries.append({"file": str(Path(ch[key]).with_suffix("").as_posix())})
         if entries:
             toc_parts.append({"caption": part["title"], "chapters": entries})
+    if book.get("glossary"):
+        from ailab.glossary import page  # glossary reads the chapters through this module
+
+        (src / "glossary.md").write_text(page(book), encoding="utf-8")
+        toc_parts.append({"caption": "Glossary", "chapters": [{"file": "glossary"}]})
     toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
     config = {
         "title": book["title"],

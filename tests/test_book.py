@@ -1,6 +1,8 @@
 """book.yml is the course map: it and the disk must agree, and it must be usable by Jupyter Book."""
 
+import json
 import os
+import re
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -65,6 +67,26 @@ def test_every_topic_cited_is_defined():
     )
 
 
+# One of the course's topic IDs as a learner would meet it in prose: "(topic S1)", "(E7)", "topics S3, S5".
+LEARNER_TOPIC_ID = re.compile(
+    r"(?<![\w/.-])(?:topics?\s+)?(?:" + "|".join(sorted(bk.TOPICS, key=len, reverse=True)) + r")(?![\w.])"
+)
+
+
+def test_no_topic_id_in_what_a_learner_reads():
+    """Topic IDs are the maintainers' map (book.yml, the code, the docs); a learner cannot look one up, so the
+    notebooks, solutions and labs say what they mean in words."""
+    found = []
+    for pattern in ("notebooks/**/*.ipynb", "solutions/**/*.ipynb", "labs/**/*.ipynb"):
+        for path in sorted(ROOT.glob(pattern)):
+            for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+                if cell["cell_type"] != "markdown":
+                    continue
+                for m in LEARNER_TOPIC_ID.finditer("".join(cell["source"])):
+                    found.append(f"{path.relative_to(ROOT)} cell {i}: {m.group(0)!r}")
+    assert not found, "topic IDs in learner-facing text (say it in words):\n" + "\n".join(found)
+
+
 def test_citations_are_read_with_their_ranges():
     assert bk.cited_topics("(topics S3-S11)") == {f"S{i}" for i in range(3, 12)}
     assert bk.cited_topics("a module (topic H1: where the bytes go), another (topics E1, E2 and A7)") == {
@@ -126,7 +148,7 @@ def test_jupyter_book_toc_is_generated_from_the_map(tmp_path):
     toc = yaml.safe_load((src / "_toc.yml").read_text())
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     listed = [p for _, ch in bk.chapters(b) for p in (ch["notebook"], ch.get("lab"), ch.get("exercise")) if p]
-    assert files == [str(Path(p).with_suffix("")) for p in listed]
+    assert files == [str(Path(p).with_suffix("")) for p in listed] + ["glossary"]
     assert all((src / p).is_file() for p in listed)
     assert yaml.safe_load((src / "_config.yml").read_text())["execute"]["execute_notebooks"] == "off"
 
@@ -177,7 +199,9 @@ def test_every_chapter_page_opens_with_a_header_from_the_map(tmp_path):
         nb = nbformat.read(str(src / ch["notebook"]), as_version=4)
         header = next(c for c in nb.cells if c.get("id") == "ailab-book-header")
         assert f"**{ch['minutes']} minutes**" in header.source and all(g in header.source for g in ch["goals"])
-        assert all(t in header.source for t in ch["topics"])
+        names = bk.topics(b)
+        assert all(names[t] in header.source for t in ch["topics"])
+        assert not bk.cited_topics(header.source) and not LEARNER_TOPIC_ID.search(header.source)
         for key in ("lab", "exercise"):
             if ch.get(key):
                 assert f"ailab labs check {ch[key]}" in header.source
