@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from ailab import glossary
+
 ROOT_BOOK = Path(__file__).resolve().parent.parent / "book.yml"
 CONTENT_DIRS = ("notebooks", "labs", "solutions")
 REQUIRED = {"id": str, "title": str, "notebook": str, "goals": list, "minutes": int, "gpu": bool, "topics": list}
@@ -222,9 +224,7 @@ def write_jupyter_book(book: dict, root: str | Path, out: str | Path, execute: s
         if entries:
             toc_parts.append({"caption": part["title"], "chapters": entries})
     if book.get("glossary"):
-        from ailab.glossary import page  # glossary reads the chapters through this module
-
-        (src / "glossary.md").write_text(page(book), encoding="utf-8")
+        (src / "glossary.md").write_text(glossary.page(book), encoding="utf-8")
         toc_parts.append({"caption": "Glossary", "chapters": [{"file": "glossary"}]})
     toc = {"format": "jb-book", "root": "intro", "parts": toc_parts}
     config = {

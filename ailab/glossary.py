@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ailab.book import chapters
-
 _BOLD = re.compile(r"\*\*(.+?)\*\*", re.S)
 
 
@@ -50,9 +48,15 @@ def terms(book: dict) -> list[Term]:
     return out
 
 
+def _chapters(book: dict):
+    """book.yml's chapters in order (as ailab.book reads them; this module sits beside it and does not import it)."""
+    for part in book.get("parts") or []:
+        yield from part.get("chapters") or []
+
+
 def reading_order(book: dict) -> list[str]:
     """Every page a learner reads, in order: each chapter's notebook, then its lab, then its exercise."""
-    return [ch[key] for _, ch in chapters(book) for key in ("notebook", "lab", "exercise") if ch.get(key)]
+    return [ch[key] for ch in _chapters(book) for key in ("notebook", "lab", "exercise") if ch.get(key)]
 
 
 def markdown_cells(path: Path) -> list[tuple[int, str]]:
@@ -100,7 +104,7 @@ def problems(book: dict, root: str | Path = ".") -> list[str]:
 def page(book: dict) -> str:
     """The glossary page of the book: each term, what it is, and the chapter that first explains it."""
     titles = {}
-    for _, ch in chapters(book):
+    for ch in _chapters(book):
         for key in ("notebook", "lab", "exercise"):
             if ch.get(key):
                 titles[ch[key]] = ch["title"]
