@@ -64,9 +64,12 @@ def markdown_cells(path: Path) -> list[tuple[int, str]]:
     return [(i, "".join(c["source"])) for i, c in enumerate(cells) if c["cell_type"] == "markdown"]
 
 
-def first_use(term: Term, book: dict, root: str | Path = ".") -> Use | None:
+def first_use(term: Term, book: dict, root: str | Path = ".", pages: dict | None = None) -> Use | None:
+    """Where a learner first reads `term`. `pages` (path -> markdown cells) saves reading every notebook again
+    for each term."""
     for rel in reading_order(book):
-        for i, text in markdown_cells(Path(root) / rel):
+        cells = pages[rel] if pages is not None else markdown_cells(Path(root) / rel)
+        for i, text in cells:
             if term.match.search(text):
                 return Use(rel, i, text)
     return None
@@ -84,11 +87,12 @@ def problems(book: dict, root: str | Path = ".") -> list[str]:
     except ValueError as e:
         return [str(e)]
     order, out = reading_order(book), []
+    pages = {rel: markdown_cells(Path(root) / rel) for rel in order}
     for t in entries:
         if t.where not in order:
             out.append(f"{t.term!r}: its definition's notebook {t.where} is not in book.yml's chapters")
             continue
-        use = first_use(t, book, root)
+        use = first_use(t, book, root, pages)
         if use is None:
             out.append(f"{t.term!r} is used nowhere in the course's prose: drop it from the glossary or fix its match")
         elif use.path != t.where:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-import pytest
 import yaml
 
 from ailab import book as bk
@@ -73,11 +72,3 @@ def test_the_book_has_a_glossary_page(tmp_path):
         assert f"**{t.term}**" in page and t.where in page
     toc = yaml.safe_load((src / "_toc.yml").read_text())
     assert toc["parts"][-1] == {"caption": "Glossary", "chapters": [{"file": "glossary"}]}
-
-
-@pytest.mark.parametrize("term", ["TTFT", "prefill"])
-def test_a_definition_is_bold_where_the_term_first_appears(term):
-    book = bk.load_book(ROOT / "book.yml")
-    t = next(t for t in gl.terms(book) if term in t.term)
-    use = gl.first_use(t, book, ROOT)
-    assert use.path == t.where and gl.defines(t, use.text)
