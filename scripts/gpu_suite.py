@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -337,6 +338,7 @@ def run(args) -> int:
             threads_started.append(t)
     for t in threads_started:
         t.join()
+    shutil.rmtree(tmp, ignore_errors=True)  # each notebook's junit XML, already read into its result
     rows = [results[i.path] for i in plan]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "failed", "timeout", "not run")}
     summary = {

@@ -118,7 +118,9 @@ def _scale_slow_replicas(cluster, ready_before_routed: bool) -> tuple[dict, list
         t_scale = time.monotonic()
         scale.start()
         seen, not_ready, failed = {}, [], []
-        while time.monotonic() - t_scale < 60 and (len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 8):
+        # Until both replicas answered, and past the new one's load: its first answer is then in `seen`, and any
+        # not-ready answer or refused prediction from it came while it was loading.
+        while time.monotonic() - t_scale < 60 and (len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 2):
             body = h.get(url + "/healthz").json()
             if not body["ready"]:
                 not_ready.append(body["pid"])

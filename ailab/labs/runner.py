@@ -1,6 +1,8 @@
 """Run a lab notebook the way a learner would and report which checks passed.
 
-Each run gets a fresh kernel. A run that goes past its time limit, or whose kernel dies (a learner's
+Each run gets a fresh kernel and runs the cells up to the last one that calls a check: the cells after it show
+the answer at work (a timing, a served request) and cannot change a check's outcome, so a report does not wait
+for them. A run that goes past its time limit, or whose kernel dies (a learner's
 `os._exit(1)`, a segfault, memory), is not an exception: the report's `status` says "timeout" or
 "crashed" and `detail` names the cell; the checks that ran before it are kept.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 import json
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -66,12 +69,24 @@ def read_notebook(path: str | Path):
         raise ValueError(f"{path} is not a readable Jupyter notebook: {e}") from e
 
 
+_CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
+
+
+def through_last_check(nb):
+    """The cells up to and including the last one that calls a check (every cell when none does, so that the
+    report can say no check ran and why)."""
+    calls = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _CHECK_CALL.search(c.source)]
+    if calls:
+        nb.cells = nb.cells[: calls[-1] + 1]
+    return nb
+
+
 class _TimeLimit(Exception):
     """The whole notebook's time limit ran out before a cell could start."""
 
 
 def run_lab(path: str | Path, timeout: int = 900, limit_s: float | None = None) -> LabReport:
-    """Execute every cell (continuing past errors) in a fresh kernel and collect the checks' outcomes.
+    """Execute the cells through the last check (past errors) in a fresh kernel; collect the checks' outcomes.
 
     `timeout` bounds each cell; `limit_s`, when given, bounds all cells together (kernel start-up
     excluded) and the kernel is then killed at once rather than asked to shut down.
@@ -79,7 +94,7 @@ def run_lab(path: str | Path, timeout: int = 900, limit_s: float | None = None) 
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    nb = read_notebook(path)
+    nb = through_last_check(read_notebook(path))
     lab = lab_name(nb, path)
     where = {"cell": None, "deadline": None}
 
