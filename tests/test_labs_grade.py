@@ -85,7 +85,9 @@ def graded(course):
     )
     put("tampered.ipynb", tampered)
     hang = solution()
-    _answer_cell(hang).source += "\n\nwhile True:\n    pass\n"
+    # It hangs asleep: a spinning one is graded the same way (the time limit), and would take a core from the
+    # tests beside it for the whole limit.
+    _answer_cell(hang).source += "\n\nimport time\n\nwhile True:\n    time.sleep(1)\n"
     put("hang/week3/anything.ipynb", hang)
     crash = solution()
     _answer_cell(crash).source = "import os\nos._exit(1)\n" + _answer_cell(crash).source
