@@ -68,7 +68,7 @@ def test_stub_keeps_indentation_and_hint():
     with pytest.raises(NotImplementedError) as raised:
         ns["f"](1)
     message = str(raised.value)
-    assert message.startswith("f() is not implemented yet") and "HINT above" in message and "Second hint" in message
+    assert message.startswith("f() is not implemented yet") and "HINT above" in message and "Hints 2 and 3" in message
     assert "add one" not in message, "the message points to the hint; it does not repeat it"
 
 

@@ -1,14 +1,21 @@
-"""Hints guide; they never hold the answer (issue 9).
+"""Hints guide in tiers; they never hold the answer (issues 9 and 46).
+
+Every stubbed function gets three hints, each a step further and none with code:
+1. its `# HINT:` lines, in the stub: a question that points at the idea;
+2. `<details><summary>Hint 2 · the idea...</summary>`, folded in the lab's markdown: the idea in words;
+3. `<details><summary>Hint 3 · the structure...</summary>`, folded after it: the steps, without code.
 
 For every lab in solutions/:
 - no line of a solution block (whitespace-normalised, longer than ~15 characters, not a `# HINT:` line nor a
-  trivial line such as `except Exception:`) appears in a first hint (`# HINT:`), in a stub's
-  NotImplementedError message, or in the lab's markdown cells (which hold the second hints);
-- a first or second hint does not hold a solution line's working part either: the expression after
-  `return` or `=`, or the condition of an `if` / `while` / `for` / `with`; nor does it copy a run of
-  24 or more non-space characters of a solution line, unless that run is just an API name;
-- every stubbed block has at least one `# HINT:` line, and the lab's markdown has a collapsed
-  `<details><summary>Second hint...</summary> ... </details>` block per stubbed block;
+  trivial line such as `except Exception:`) appears in a hint, in a stub's NotImplementedError message, or in
+  the lab's markdown cells;
+- a hint does not hold a solution line's working part either: the expression after `return` or `=`, or the
+  condition of an `if` / `while` / `for` / `with`; nor does it copy a run of 24 or more non-space characters of
+  a solution line, unless that run is just an API name;
+- nor its formula in other words: "K and V x layers x heads" for `2 * layers * heads`, with x, times, minus,
+  divided by or the names spelt with spaces (a run of the line's operands joined by two or more of its
+  operators, in its order or not), nor a near-copy (80 % of the line's words and symbols, in its order, within a
+  stretch of the hint half as long again as the line);
 - the stub's message says the function is not implemented yet and points to the hints without repeating them.
 """
 
@@ -43,7 +50,8 @@ TRIVIAL = {
     "break",
     "continue",
 }
-_DETAILS = re.compile(r"<details>\s*<summary>\s*Second hint.*?</summary>(.*?)</details>", re.S)
+_DETAILS = re.compile(r"<details>\s*<summary>\s*(.*?)</summary>(.*?)</details>", re.S)
+_TIER = re.compile(r"^Hint ([23]) · the (idea|structure)\b")
 _STUB = re.compile(r"^\s*raise NotImplementedError\((.*)\)\s*$")
 _API_NAME = re.compile(r"^([\w.]+(\(\))?|\"[\w.]+\")$")  # `time.perf_counter()` names an API a hint may point to
 SHARED_CHARS = 24  # a hint may not copy this many consecutive non-space characters of a solution line
@@ -128,6 +136,111 @@ def shared_code(line: str, text: str, n: int = SHARED_CHARS) -> list[str]:
     return out
 
 
+# A formula said in words: "x", "×", "times", "divided by"... become the operators they stand for, and a name's
+# parts are words ("kv_heads" and "KV heads" alike), so that the same formula reads the same in code and prose.
+_OPERATORS = {"+", "-", "*", "/", "//", "%", "**", "<", "<=", ">", ">=", "==", "!="}
+_SPOKEN = [
+    (r"(?<=\s)[x×·](?=\s)", "*"),
+    (r"\btimes\b", "*"),
+    (r"\bmultiplied by\b", "*"),
+    (r"\bdivided by\b", "/"),
+    (r"\bplus\b", "+"),
+    (r"\bminus\b", "-"),
+    ("÷", "/"),
+    ("−", "-"),
+    ("≥", ">="),
+    ("≤", "<="),
+]
+_FILLER = {"the", "a", "an", "of", "its", "their", "by"}
+_TOKEN = re.compile(r"\d+(?:\.\d+)?|[a-z]+|//|\*\*|<=|>=|==|!=|[-+*/%<>]")
+NEAR_COPY_SHARE = 0.8  # this share of a line's words and symbols (6 or more), in order in a window of a hint
+
+
+def code_tokens(code: str) -> list[str]:
+    return [t for t in _TOKEN.findall(code.lower().replace("_", " ")) if t not in _FILLER]
+
+
+def prose_tokens(text: str) -> list[str]:
+    text = f" {text.lower()} "
+    for spoken, op in _SPOKEN:
+        text = re.sub(spoken, f" {op} ", text)
+    return [t for t in _TOKEN.findall(text.replace("_", " ")) if t not in _FILLER]
+
+
+def _longest_common_run(a: list[str], b: list[str]) -> list[str]:
+    best, prev = (0, 0), [0] * (len(b) + 1)
+    for i in range(1, len(a) + 1):
+        cur = [0] * (len(b) + 1)
+        for j in range(1, len(b) + 1):
+            if a[i - 1] == b[j - 1]:
+                cur[j] = prev[j - 1] + 1
+                best = max(best, (cur[j], i))
+        prev = cur
+    n, end = best
+    return a[end - n : end]
+
+
+def _common_subsequence(a: list[str], b: list[str]) -> int:
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def _near_copy(code: list[str], prose: list[str]) -> bool:
+    """Most of the line's tokens, in its order, within a stretch of the hint not much longer than the line
+    (words added between them, or a few left out, do not hide it)."""
+    need = -(-len(code) * int(NEAR_COPY_SHARE * 10) // 10)
+    if len(code) < 6 or sum(t in set(prose) for t in code) < need:
+        return False
+    width = len(code) + len(code) // 2
+    return any(_common_subsequence(code, prose[i : i + width]) >= need for i in range(max(1, len(prose) - width + 1)))
+
+
+def _chains(tokens: list[str]) -> list[set[str]]:
+    """The words of each run of operands joined by two or more operators ("a b * c / d e": one run)."""
+    out, words, ops, run = [], [], 0, set()
+    for t in tokens + ["."]:
+        if t in _OPERATORS:
+            run |= set(words[-3:])
+            words, ops = [], ops + 1
+            continue
+        if t != "." and len(words) < 3:
+            words.append(t)
+            continue
+        if ops:
+            run |= set(words[:3])
+        if ops >= 2:
+            out.append(run)
+        words, ops, run = ([t] if t != "." else []), 0, set()
+    return out
+
+
+def formula_leaks(line: str, hint: str) -> list[str]:
+    """How `hint` restates the solution line `line` in other words: its formula (two or more of the line's
+    operators in a row of its operands, or most of an expression's operands joined by operators in any order),
+    or most of its words and symbols in its order."""
+    code, prose, out = code_tokens(line), prose_tokens(hint), []
+    run = _longest_common_run(code, prose)
+    ops = sum(t in _OPERATORS for t in run)
+    if ops >= 2 and len(run) - ops >= 3:
+        out.append(" ".join(run))
+    elif _near_copy(code, prose):
+        out.append("most of the line's words and symbols, in its order")
+    for part in [line, *working_parts(line)]:
+        operands = {t for t in code_tokens(part) if t not in _OPERATORS and not t[0].isdigit()}
+        if sum(t in _OPERATORS for t in code_tokens(part)) < 2 or len(operands) < 3:
+            continue
+        for chain in _chains(prose):
+            shared = operands & chain
+            if len(shared) >= max(3, -(-3 * len(operands) // 4)):
+                out.append("the operands " + ", ".join(sorted(shared)) + " joined by operators")
+    return out
+
+
 def _lab(path: Path):
     return nbformat.read(str(path), as_version=4)
 
@@ -152,17 +265,38 @@ def _stub_messages(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def _second_hints(nb) -> list[tuple[int, str]]:
+def _details(nb) -> list[tuple[int, str, str]]:
+    """(cell, summary, body) of every folded block in the lab's markdown."""
     return [
-        (i, body)
+        (i, summary.strip(), body)
         for i, cell in enumerate(nb.cells)
         if cell.cell_type == "markdown"
-        for body in _DETAILS.findall(cell.source)
+        for summary, body in _DETAILS.findall(cell.source)
     ]
+
+
+def _tier_hints(nb) -> list[tuple[int, str, str]]:
+    """(cell, "2" or "3", body) of each folded hint, in reading order."""
+    return [(i, m.group(1), body) for i, summary, body in _details(nb) if (m := _TIER.match(summary))]
 
 
 def _ids(paths):
     return [p.stem for p in paths]
+
+
+def test_a_formula_in_words_is_found():
+    kv = "per_token = 2 * layers * kv_heads * head_dim * dtype_bytes"
+    assert formula_leaks(kv, "bytes per token = K and V x layers x KV heads x head_dim x dtype_bytes")
+    assert formula_leaks(kv, "dtype_bytes times head_dim times the KV heads times layers, doubled")
+    assert not formula_leaks(kv, "What does one token keep in the cache, in bytes, for each layer and KV head?")
+    lerp = "return lower + (bound - lower) * (rank - below) / (count - below)"
+    assert formula_leaks(
+        lerp, "lower plus (bound minus lower) times the share (rank minus below) / (count minus below)"
+    )
+    assert not formula_leaks(lerp, "Place the rank inside its bucket linearly, from the bucket's lower bound.")
+    near = "for bound in sorted(buckets, key=float):"
+    assert formula_leaks(near, "loop: for each bound in sorted buckets, key = float")
+    assert not formula_leaks(near, "Walk the bounds from the lowest up.")
 
 
 def test_every_lab_is_covered():
@@ -176,7 +310,7 @@ def test_no_solution_line_in_hints_stub_messages_or_markdown(path):
     places += [(f"cell {i}, stub message", msg) for i, msg in _stub_messages(path)]
     places += [(f"cell {i}, markdown", cell.source) for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"]
     hints_only = [p for p in places if "markdown" not in p[0]]
-    hints_only += [(f"cell {i}, second hint", body) for i, body in _second_hints(nb)]
+    hints_only += [(f"cell {i}, hint {tier}", body) for i, tier, body in _tier_hints(nb)]
     leaks = []
     for i, _, code in _solution_blocks(nb):
         for line in solution_lines(code):
@@ -196,6 +330,10 @@ def test_no_solution_line_in_hints_stub_messages_or_markdown(path):
                     f"{where}: copies {piece!r} from the solution line {line!r} (cell {i})"
                     for piece in shared_code(line, text)
                 ]
+                leaks += [
+                    f"{where}: restates the solution line {line!r} (cell {i}) in other words: {how!r}"
+                    for how in formula_leaks(line, text)
+                ]
     assert not leaks, (
         f"{path.relative_to(ROOT)}: a hint names the idea and the API to read, never the statement "
         "that solves it:\n  " + "\n  ".join(dict.fromkeys(leaks))
@@ -203,31 +341,34 @@ def test_no_solution_line_in_hints_stub_messages_or_markdown(path):
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_ids(SOLUTIONS))
-def test_every_stubbed_block_has_a_first_hint(path):
+def test_every_stubbed_block_asks_a_question_first(path):
     found = _solution_blocks(_lab(path))
     assert found, f"{path.relative_to(ROOT)} has no solution block"
     bare = [i for i, hints, _ in found if not any(h.strip() for h in hints)]
     assert not bare, f"{path.relative_to(ROOT)}: the solution block(s) in cell(s) {bare} have no '# HINT:' line"
+    told = [i for i, hints, _ in found if "?" not in " ".join(hints)]
+    assert not told, (
+        f"{path.relative_to(ROOT)}: the first hint (the '# HINT:' lines) of the block(s) in cell(s) {told} asks no "
+        "question: it points at the idea with one, and leaves the idea itself to Hint 2"
+    )
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_ids(SOLUTIONS))
-def test_every_lab_has_a_collapsed_second_hint_per_task(path):
+def test_every_task_has_the_idea_then_the_structure_folded(path):
     nb = _lab(path)
-    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    seconds = _second_hints(nb)
-    assert seconds, (
-        f"{path.relative_to(ROOT)}: no second hint; add one next to the task, in a markdown cell: "
-        "<details><summary>Second hint</summary> ... </details>"
-    )
-    assert markdown.count("<details") == markdown.count("</details>") == len(seconds), (
-        f"{path.relative_to(ROOT)}: every <details> must open with <summary>Second hint...</summary> and be closed"
-    )
-    assert "<details open" not in markdown, "second hints start collapsed"
-    assert all(body.strip() for _, body in seconds), "a second hint is empty"
+    folded, tiers = _details(nb), _tier_hints(nb)
     n_blocks = len(_solution_blocks(nb))
-    assert len(seconds) >= n_blocks, (
-        f"{path.relative_to(ROOT)}: {n_blocks} functions to write but only "
-        f"{len(seconds)} second hint(s): give each task its own"
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert markdown.count("<details") == markdown.count("</details>") == len(folded) == len(tiers), (
+        f"{path.relative_to(ROOT)}: every <details> is a hint, opening with <summary>Hint 2 · the idea...</summary> "
+        f"or <summary>Hint 3 · the structure...</summary>, and is closed; found {[s for _, s, _ in folded]}"
+    )
+    assert "<details open" not in markdown, "hints start folded"
+    assert all(body.strip() for _, _, body in tiers), "a hint is empty"
+    order = "".join(tier for _, tier, _ in tiers)
+    assert order == "23" * (len(order) // 2) and len(order) // 2 >= n_blocks, (
+        f"{path.relative_to(ROOT)}: {n_blocks} function(s) to write; each needs Hint 2 (the idea) and then Hint 3 "
+        f"(the structure), in that order; the folded hints here are, in order: {' '.join(order) or 'none'}"
     )
 
 
@@ -237,7 +378,7 @@ def test_stub_message_points_to_the_hints_without_repeating_them(path):
     messages = _stub_messages(path)
     assert messages, f"{path.relative_to(ROOT)}: the built lab has no stub"
     for i, msg in messages:
-        assert "not implemented yet" in msg and "HINT" in msg and "Second hint" in msg, (
+        assert "not implemented yet" in msg and "HINT" in msg and "Hints 2 and 3" in msg, (
             f"cell {i}: the stub should say it is not implemented yet and point to the hints; it says {msg!r}"
         )
         repeated = [h for h in hints if len(_one_space(h)) > MIN_CHARS and _squash(h) in _squash(msg)]

@@ -2,11 +2,12 @@
 
 In a solution notebook, an answer sits between `### BEGIN SOLUTION` and `### END SOLUTION`
 (indented like the code it replaces). `# HINT: ...` lines inside the block are kept as comments in
-the stub: a first hint that names the idea and the API to read, never the statement that solves it.
-A deeper second hint sits in the lab's markdown, next to the task, in a collapsed
-`<details><summary>Second hint</summary> ... </details>` block. The stub's message says which function
-is not implemented yet and points to both hints; it does not repeat them (the learner sees the
-message once per failed check). The notebook's metadata `ailab.lab` names its check module.
+the stub: the first hint, a question that points at the idea. Two more sit folded in the lab's markdown, next
+to the task: `<details><summary>Hint 2 · the idea</summary>` says the idea in words, then
+`<details><summary>Hint 3 · the structure</summary>` gives the steps without code. No hint holds a line or a
+formula of the answer (tests/test_labs_hints.py). The stub's message says which function is not implemented
+yet and points to the hints; it does not repeat them (the learner sees the message once per failed check).
+The notebook's metadata `ailab.lab` names its check module.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def stub_message(name: str | None) -> str:
     """What the stub raises: not implemented yet, and where the hints are (never the hints themselves)."""
     what = f"{name}() is" if name else "this answer is"
     return (
-        f"{what} not implemented yet: write your answer here (see the HINT above and the 'Second hint' below the task)"
+        f"{what} not implemented yet: write your answer here (the HINT above asks the first question; Hints 2 and 3 "
+        "are folded below the task)"
     )
 
 
