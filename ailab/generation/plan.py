@@ -3,17 +3,13 @@
 KV blocks; it never calls the model and never touches a request's tokens, so it can be read, tested and timed
 without one. The executor (executor.py) runs the plan; the engine (scheduler.py) applies what comes back.
 
-  1. decode   every running request gets a slot for its next token, oldest first. When no block is free, the
-              newest running request is preempted: its blocks are freed and it goes back to the FRONT of the
-              queue, to be prefilled again later with what it had generated (recompute). The newest has done the
-              least work, so recomputing it costs least, and the oldest keep their progress.
-  2. admit    while a seat (max_running) and blocks for all its tokens are free, the oldest waiting request gets
-              its blocks and a prefill; the first that does not fit stops admission, so nobody behind it jumps
-              ahead and a long request at the head is not overtaken forever. policy="static" admits only when
-              nobody runs: a batch starts when the previous one has wholly finished.
-
-Running requests are planned before waiting ones (as vLLM v1 does), so a request is never admitted and then
-preempted in the same step for an older one's slot.
+What a plan guarantees (the rules the scheduler-step lab grades; its notebook and chapter 5.2 say why):
+- running requests are served before waiting ones, and each one that keeps its seat gets a slot for its next token;
+- when the blocks run out, running requests give way newest first: each goes back to the head of the queue with
+  its blocks freed, to be prefilled again later with what it had generated (recompute);
+- waiting requests are admitted in arrival order, each only with a seat (max_running) and blocks for all its
+  tokens, and nobody is admitted past the first that does not fit; policy="static" admits only when nobody runs;
+- no request is admitted and preempted in the same step.
 """
 
 from __future__ import annotations
