@@ -181,6 +181,18 @@ def test_stub_fails(chk):
         chk(stub)
 
 
+def names_a_chapter_not_batch_1(batch_ms):
+    """Refuses a missing batch 1 with a message whose only 1 is in a chapter number: it never names batch 1."""
+    if 1 not in batch_ms:
+        raise ValueError(f"no baseline among the {len(batch_ms)} sizes (see chapter 3.1)")
+    return batching_ceiling(batch_ms)
+
+
+def test_a_message_whose_only_1_is_another_number_does_not_name_batch_1():
+    with pytest.raises(LabCheckFailed, match="should say that batch 1 is missing"):
+        E.check_needs_batch_1(names_a_chapter_not_batch_1)
+
+
 def python_ints_only(batch_ms):
     """Validates sizes with isinstance(b, int): numpy's np.int64 keys are refused."""
     for b in batch_ms:

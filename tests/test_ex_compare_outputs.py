@@ -217,6 +217,16 @@ def cmp_finite_diff_check(reference, candidate):
     return compare_outputs(reference, candidate)
 
 
+def cmp_names_both(reference, candidate):
+    """Refuses a NaN or inf in either array with one message naming both: it never says which is broken."""
+    a, b = np.asarray(reference, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: reference {a.shape}, candidate {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("the reference or the candidate holds NaN or inf")
+    return compare_outputs(reference, candidate)
+
+
 def cmp_numpy_scalars(reference, candidate):
     a, b = np.asarray(reference), np.asarray(candidate)
     out = compare_outputs(reference, candidate)
@@ -274,6 +284,7 @@ def test_right_answers_pass():
         ),
         (E.check_refuses_bad_input, cmp_assertion, "raise ValueError; your code raised AssertionError"),
         (E.check_refuses_bad_input, cmp_finite_diff_check, "should name candidate"),
+        (E.check_refuses_bad_input, cmp_names_both, "refused with the same message.*say which of the two"),
     ],
 )
 def test_wrong_answers_fail(chk, wrong, message):

@@ -182,6 +182,7 @@ def _refused(compare_outputs, reference, candidate, what, must_name):
     except ValueError as e:
         missing = [m for m in must_name if m not in str(e)]
         expect(not missing, f"{what}: the ValueError should name {' and '.join(must_name)}; its message is {str(e)!r}")
+        return str(e)
     except Exception as e:  # noqa: BLE001 - the wrong type is the mistake this check names
         expect(False, f"{what}: raise ValueError; your code raised {type(e).__name__}: {e}")
     else:
@@ -209,10 +210,17 @@ def check_refuses_bad_input(compare_outputs):
             f"reference {ref.shape} against candidate {cand.shape}",
             [str(ref.shape), str(cand.shape)],
         )
+    said = {}
     for bad, where in [(np.nan, "candidate"), (np.inf, "candidate"), (-np.inf, "reference"), (np.nan, "reference")]:
         a, b = ref.copy(), ref + 0.01
         (b if where == "candidate" else a)[2, 1] = bad
-        _refused(compare_outputs, a, b, f"{bad} at [2, 1] of the {where}", [where])
+        said[(str(bad), where)] = _refused(compare_outputs, a, b, f"{bad} at [2, 1] of the {where}", [where])
+    # A message naming both ("the reference or the candidate holds NaN") names neither: it must tell them apart.
+    expect(
+        said[("nan", "candidate")] != said[("nan", "reference")],
+        f"a NaN in the candidate and a NaN in the reference were refused with the same message "
+        f"{said[('nan', 'candidate')]!r}: say which of the two holds it",
+    )
     half = np.array([[65504.0, 1.0], [-65504.0, 3.0]], dtype=np.float16)
     out = _compare(compare_outputs, half, half.copy(), "finite fp16 extremes (65504, fp16's largest value)")
     expect(

@@ -140,7 +140,7 @@ def check_boundaries(histogram_quantile):
     expect(
         _close(got, 2.4),
         f"buckets={buckets}, q=0.7: rank 7 falls in (2.0, 3.0], which holds observations 6-10 (the "
-        f"2.0 bucket is empty, not the 3.0 bucket's lower bound's owner): 2.0 + 1.0 * 2/5 = 2.4; "
+        f"(1.0, 2.0] bucket is empty, yet 2.0 is still where (2.0, 3.0] starts): 2.0 + 1.0 * 2/5 = 2.4; "
         f"got {got!r} - a bucket's lower bound is the previous bound, empty or not",
     )
     buckets = {0.1: 0, 0.2: 4, INF: 4}
