@@ -16,6 +16,7 @@ RANK = {
     "aio": 0,
     "scratch": 0,  # the hardware, how to time it, async from sync, scratch files
     "viz": 0,  # figures: plotly and the hardware's name, nothing of ours above
+    "show": 0,  # the package's own code, shown in a notebook
     "roofline": 1,
     "memory": 1,  # measurements built on them
     "data": 2,
