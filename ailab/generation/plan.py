@@ -9,7 +9,8 @@ What a plan guarantees (the rules the scheduler-step lab grades; its notebook an
   its blocks freed, to be prefilled again later with what it had generated (recompute);
 - waiting requests are admitted in arrival order, each only with a seat (max_running) and blocks for all its
   tokens, and nobody is admitted past the first that does not fit; policy="static" admits only when nobody runs;
-- no request is admitted and preempted in the same step.
+- a request admitted in a step is never preempted in it (the running are planned first); one sent back may be
+  admitted again at once, with a prefill of all its tokens, when the blocks it freed hold them.
 """
 
 from __future__ import annotations
