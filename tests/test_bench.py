@@ -300,13 +300,21 @@ def test_sweeps_on_a_saturating_server(server):
 
 
 def test_a_ramped_rate_sweep_goes_on_until_the_server_falls_behind(server):
-    """Capacity 100 req/s: rates from 30 up by 1.5x; it stops at the first rate the server cannot keep up with."""
+    """Capacity 100 req/s: rates from 30 up by 1.5x; it stops at the first rate the server cannot keep up with,
+    before its ramp runs out. Which rate above capacity that is depends on the machine: a load generator starved
+    by a busy neighbour sends the start of a 1.2 s window late, which hides that window's queue (a fresh-clone run
+    judged 101 and 152 req/s kept up with, and stopped at 228)."""
     url = server(delay_s=0.02, workers=2)
-    rs = bench.rate_sweep(url, None, [30], slo_p99_ms=500, duration_s=1.2, warmup_s=0.3, ramp=5)
+    rs = bench.rate_sweep(url, None, [30], slo_p99_ms=500, duration_s=1.2, warmup_s=0.3, ramp=6)
     pts = rs.points()
     assert not pts[-1]["keeps_up"] and all(p["keeps_up"] for p in pts[:-1]), pts
-    assert 3 <= len(pts) <= 5 and pts[-1]["offered_rps"] > 100  # 30, 45, 67.5, [101, 152]
-    assert rs.capacity_knee["offered_rps"] == pts[-2]["offered_rps"]
+    # 30, 45, 67.5 kept up with, then 101, 152 or 228 the first judged behind; the ramp would have gone on to 342
+    assert 4 <= len(pts) <= 6 and pts[-1]["offered_rps"] > 100, pts
+    # the knee: the highest rate kept up with within the SLO (67.5 here when quiet; a rate kept up with past
+    # capacity, as above, breaks the SLO)
+    knee = rs.capacity_knee
+    assert knee["keeps_up"] and knee["within_slo"] and knee["offered_rps"] >= 30, knee
+    assert not [p for p in pts if p["within_slo"] and p["offered_rps"] > knee["offered_rps"]], pts
     with pytest.raises(ValueError, match="ramp"):
         bench.rate_sweep(url, None, [30], ramp=-1)
 
