@@ -1,0 +1,54 @@
+"""`make test`'s third lane holds only tests that compute.
+
+The Makefile runs LANE_TESTS at nice 10 beside the two pytest workers. At that priority a test can wait
+seconds for a core while a neighbour's timing claim runs, so a lane test must not read a clock, start a
+server or bound its own wall time: it would fail on a busy machine for no fault of the code. The runaway
+guard of the differential checks (5 s a call, for a loop that never ends) is the one bound allowed; the
+calls it bounds take milliseconds.
+"""
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What makes a test depend on the time it is given: a clock, a sleep, a server, a subprocess with a limit.
+TIMED = re.compile(
+    r"time\.(perf_counter|monotonic|time)\b|\bsleep\(|start_\w*server|\bservices\.|subprocess|socket|timeout="
+)
+# Where a lane test may still say so, and why that holds at nice 10.
+ALLOWED = {
+    # The run must stop after its last check, before a 60 s sleep in the next cell: a bound of 50 s leaves
+    # a kernel 50 s to start and run two cells that take under a second.
+    ("tests/test_labs.py", 'nbformat.v4.new_code_cell("import time\\ntime.sleep(60)"),'),
+    ("tests/test_labs.py", "start = time.monotonic()"),
+    (
+        "tests/test_labs.py",
+        'assert report.passed == ["always"] and not report.cell_errors and time.monotonic() - start < 50',
+    ),
+}
+
+
+def lane_tests() -> list[str]:
+    out = subprocess.run(["make", "-s", "lane-tests"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_the_lane_holds_test_files_that_exist_and_none_that_time_themselves():
+    lane = lane_tests()
+    assert len(lane) >= 10, f"the lane lost its tests: {lane}"
+    timed = []
+    for name in lane:
+        path = ROOT / name
+        assert path.is_file(), f"LANE_TESTS names {name}, which does not exist"
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0].strip()
+            if TIMED.search(code) and (name, code) not in ALLOWED:
+                timed.append(f"{name}:{number}: {code}")
+    assert not timed, "these lane tests depend on time; move the file out of LANE_TESTS:\n" + "\n".join(timed)
+
+
+def test_the_main_run_skips_the_lane():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(addprefix --ignore=,$(REHEARSED) $(LANE_TESTS))" in makefile, "the lane's tests would run twice"
