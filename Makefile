@@ -14,7 +14,7 @@ NBVAL := $(BIN)/pytest -q --durations=40 --nbval-lax --nbval-current-env --nbval
 # travelling copy): make test's notebook pass does not run them a second time (keep both lists equal; a test does).
 REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_serving/ex_histogram_quantile.ipynb
 
-.PHONY: setup setup-gpu services lab test lane-tests lint test-unit test-notebooks test-noisy catch-rate test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
+.PHONY: setup setup-gpu services lab test lane-tests minutes lint test-unit test-notebooks test-noisy catch-rate test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
 
 # PyTorch's CPU threads (GNU OpenMP) spin for a while after each parallel operation before they sleep, so a
 # process that works in bursts (a server between requests, a notebook between measurements) keeps its idle threads
@@ -75,7 +75,8 @@ lab: setup
 # the capstone's live check in three. Tried again with PASSIVE threads and the claims made robust: a fresh clone's
 # run took 18 min 19 s instead of about 21 (the cores 96 % busy, against 70 % with two), and the capstone's live
 # check failed again (p99 662 ms against its 500 ms bound, at a rate measured moments before). Every test runs
-# whatever fails before it; the target fails if lint or any test did.
+# whatever fails before it; the target fails if lint or any test did. Each test's and each notebook cell's seconds
+# go to build/test-results.xml (make minutes reads the notebooks' from it).
 TEST_WORKERS ?= 2
 # The lab checks' tests that only compute (no clock, server, subprocess limit or wall-time bound but the runaway
 # guard of 5 s a call; tests/test_lanes.py keeps them so) run in a third lane at nice 10, beside the two workers:
@@ -89,7 +90,7 @@ test: setup services gpu-bundle
 	@lint=0; tests=0; lane=0; mkdir -p build; \
 	$(MAKE) --no-print-directory lint || lint=$$?; \
 	nice -n 10 $(BIN)/pytest -q -p no:cacheprovider $(LANE_TESTS) >build/test-lane.log 2>&1 & lane_pid=$$!; \
-	$(NBVAL) -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(REHEARSED) $(LANE_TESTS)) tests notebooks solutions || tests=$$?; \
+	$(NBVAL) -n $(TEST_WORKERS) --dist loadfile --junitxml=build/test-results.xml $(addprefix --ignore=,$(REHEARSED) $(LANE_TESTS)) tests notebooks solutions || tests=$$?; \
 	wait $$lane_pid || lane=$$?; \
 	echo "--- the lab checks' computing tests, run beside at nice 10 (build/test-lane.log):"; cat build/test-lane.log; \
 	echo "lint exit $$lint, unit tests and notebooks exit $$tests, computing lane exit $$lane"; \
@@ -163,6 +164,11 @@ book: setup
 	$(BIN)/python -m ailab.book build/book-src
 	AILAB_STATIC=1 $(BIN)/jupyter-book build build/book-src --path-output build/book
 	@echo "book: $(CURDIR)/build/book/_build/html/index.html"
+
+## minutes: book.yml's minutes per chapter (read + run + task, ailab/minutes.py), the run part from the seconds
+## in build/test-results.xml that the last `make test` wrote
+minutes: setup
+	$(BIN)/python -m ailab.minutes --junit build/test-results.xml --write
 
 ## labs: rewrite labs/ from solutions/
 labs: setup

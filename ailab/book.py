@@ -153,7 +153,13 @@ def chapter_header(ch: dict, names: dict[str, str] | None = None) -> str:
     """The markdown that opens a chapter's page, generated from its book.yml entry (never typed by hand)."""
     lines = (
         [
-            f"**{ch['minutes']} minutes** · "
+            f"**{ch['minutes']} minutes**"
+            + (
+                f" (reading {t['read']}, running {t['run']}, the task {t['task']})"
+                if isinstance(t := ch.get("timed"), dict)
+                else ""
+            )
+            + " · "
             + ("needs a GPU for its main point (runs on CPU too)" if ch["gpu"] else "runs on a CPU"),
             "",
             "**You will**",

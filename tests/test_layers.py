@@ -40,6 +40,7 @@ RANK = {
     "labs": 8,
     "cli": 8,
     "book": 8,
+    "minutes": 8,
     "glossary": 8,
     "doctor": 8,  # what learners touch
 }
