@@ -7,8 +7,8 @@ something this module counts or a run measured:
 - read: the words of prose at a study pace, and the lines of code shown (a cell's own, and what `show_code`
   opens), in the notebook and in the task;
 - run: the notebook once and the task's solution TASK_RUNS times, in seconds measured by `make test`
-  (build/test-results.xml, two notebooks at a time on the machine that ran it; a notebook that run leaves out is
-  run and timed alone);
+  (build/test-results*.xml: two notebooks at a time, and a third lane beside them, on the machine that ran it; a
+  notebook that run leaves out is run and timed alone);
 - task: per function to write, per line of the reference answer, and per graded check to satisfy.
 
 The rates are the assumptions, stated once below. `python -m ailab.minutes` prints the table; with --write it
@@ -119,10 +119,11 @@ def task_minutes(c: Counts) -> int:
     )
 
 
-def run_seconds(junit: Path) -> dict[str, float]:
-    """Seconds each notebook's cells took in a pytest --nbval run's JUnit report, by the notebook's path."""
+def run_seconds(*junit: Path) -> dict[str, float]:
+    """Seconds each notebook's cells took in pytest --nbval runs' JUnit reports, by the notebook's path."""
     seconds: dict[str, float] = {}
-    for case in ET.parse(junit).iter("testcase"):
+    cases = [case for report in junit for case in ET.parse(report).iter("testcase")]
+    for case in cases:
         name = case.get("classname") or ""
         if name.endswith(".ipynb"):
             path = name.removesuffix(".ipynb").replace(".", "/") + ".ipynb"
@@ -180,18 +181,20 @@ def write(book_path: Path, timed: dict[str, Timed]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ailab.minutes", description=__doc__.split("\n")[0])
-    p.add_argument("--junit", type=Path, help="the timed run's JUnit report (make test writes build/test-results.xml)")
+    p.add_argument(
+        "--junit", type=Path, action="append", help="a timed run's JUnit report (make test writes two into build/)"
+    )
     p.add_argument("--write", action="store_true", help="set minutes and timed in book.yml (needs --junit)")
     args = p.parse_args(argv)
     if args.write and not args.junit:
         p.error("--write needs --junit: the run minutes come from a timed run")
     book_path = ROOT / "book.yml"
     book = bk.load_book(book_path)
-    seconds = run_seconds(args.junit) if args.junit else None
+    seconds = run_seconds(*args.junit) if args.junit else None
     if seconds is not None:
         # make test leaves out the notebooks the GPU suite's rehearsal runs (REHEARSED in the Makefile): time them here
         for path in sorted({p for _, ch in bk.chapters(book) for p in (ch["notebook"], task_path(ch))} - set(seconds)):
-            print(f"{path} is not in {args.junit}: running it here to time it")
+            print(f"{path} is not in the JUnit reports: running it here to time it")
             seconds[path] = time_notebook(ROOT / path)
     timed: dict[str, Timed] = {}
     print(f"{'chapter':26} {'words':>6} {'code':>5} {'fns':>4} {'lines':>6} {'checks':>6}   read  run  task  minutes")

@@ -1,12 +1,13 @@
-"""`make test`'s third lane holds only tests that compute.
+"""`make test`'s third lane holds only tests and solution notebooks that compute.
 
-The Makefile runs LANE_TESTS at nice 10 beside the two pytest workers. At that priority a test can wait
+The Makefile runs LANE_TESTS and LANE_NOTEBOOKS at nice 10 beside the two pytest workers. At that priority a test can wait
 seconds for a core while a neighbour's timing claim runs, so a lane test must not read a clock, start a
 server or bound its own wall time: it would fail on a busy machine for no fault of the code. The runaway
 guard of the differential checks (5 s a call, for a loop that never ends) is the one bound allowed; the
 calls it bounds take milliseconds.
 """
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -35,20 +36,28 @@ def lane_tests() -> list[str]:
     return out.stdout.split()
 
 
-def test_the_lane_holds_test_files_that_exist_and_none_that_time_themselves():
+def code_lines(path: Path) -> list[str]:
+    if path.suffix != ".ipynb":
+        return path.read_text().splitlines()
+    cells = json.loads(path.read_text())["cells"]
+    return [line for c in cells if c["cell_type"] == "code" for line in "".join(c["source"]).splitlines()]
+
+
+def test_the_lane_holds_files_that_exist_and_none_that_time_themselves():
     lane = lane_tests()
-    assert len(lane) >= 10, f"the lane lost its tests: {lane}"
+    assert len(lane) >= 20 and any(n.endswith(".ipynb") for n in lane), f"the lane lost its tests: {lane}"
     timed = []
     for name in lane:
         path = ROOT / name
-        assert path.is_file(), f"LANE_TESTS names {name}, which does not exist"
-        for number, line in enumerate(path.read_text().splitlines(), 1):
+        assert path.is_file(), f"the Makefile's lane names {name}, which does not exist"
+        for number, line in enumerate(code_lines(path), 1):
             code = line.split("#", 1)[0].strip()
             if TIMED.search(code) and (name, code) not in ALLOWED:
                 timed.append(f"{name}:{number}: {code}")
-    assert not timed, "these lane tests depend on time; move the file out of LANE_TESTS:\n" + "\n".join(timed)
+    assert not timed, "these lane tests depend on time; move the file out of the lane:\n" + "\n".join(timed)
 
 
 def test_the_main_run_skips_the_lane():
     makefile = (ROOT / "Makefile").read_text()
-    assert "$(addprefix --ignore=,$(REHEARSED) $(LANE_TESTS))" in makefile, "the lane's tests would run twice"
+    ignored = "$(addprefix --ignore=,$(REHEARSED) $(LANE_TESTS) $(LANE_NOTEBOOKS))"
+    assert ignored in makefile, "the lane's tests would run twice"
