@@ -184,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--junit", type=Path, action="append", help="a timed run's JUnit report (make test writes two into build/)"
     )
-    p.add_argument("--write", action="store_true", help="set minutes and timed in book.yml (needs --junit)")
+    p.add_argument(
+        "--write", action="store_true", help="set minutes and timed in book.yml (without --junit: keep the run minutes)"
+    )
     args = p.parse_args(argv)
-    if args.write and not args.junit:
-        p.error("--write needs --junit: the run minutes come from a timed run")
     book_path = ROOT / "book.yml"
     book = bk.load_book(book_path)
     seconds = run_seconds(*args.junit) if args.junit else None
@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     timed: dict[str, Timed] = {}
     print(f"{'chapter':26} {'words':>6} {'code':>5} {'fns':>4} {'lines':>6} {'checks':>6}   read  run  task  minutes")
     for _, ch in bk.chapters(book):
-        run = run_minutes(ch, seconds) if seconds else ch.get("timed", {}).get("run", 0)
+        if seconds is None and not isinstance(ch.get("timed"), dict):
+            p.error(f"{ch['id']} has no run minutes in book.yml yet: give --junit (the reports of a make test run)")
+        run = run_minutes(ch, seconds) if seconds is not None else ch["timed"]["run"]
         c, t = estimate(ch, run)
         timed[ch["id"]] = t
         print(
