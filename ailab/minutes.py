@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ailab import book as bk
+from ailab.labs.build import BEGIN, END
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,9 +99,9 @@ def count(*paths: Path) -> Counts:
                 code += _shown_lines(source, f"{path} cell {i}")
             inside = False
             for line in source.splitlines():
-                if "### BEGIN SOLUTION" in line:
+                if BEGIN in line:
                     inside, functions = True, functions + 1
-                elif "### END SOLUTION" in line:
+                elif END in line:
                     inside = False
                 elif line.strip() and not line.strip().startswith("#"):
                     answer += inside
