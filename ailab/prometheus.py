@@ -13,7 +13,6 @@ raises `ServiceError` saying why.
 
 from __future__ import annotations
 
-import atexit
 import re
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ailab.monitoring import parse_duration
-from ailab.services import HeldServer, ServiceError, _wait_until, dies_with_this_process, free_port
+from ailab.services import HeldServer, ServiceError, answers_200, free_port, hold_started, start_logged
 
 _INSTALL = "Install Debian's Prometheus: `apt-get install -y prometheus` (it brings promtool too)."
 
@@ -97,7 +96,6 @@ def start_prometheus(
     timeout_s: float = 30.0,
 ) -> PrometheusServer:
     """Prometheus on 127.0.0.1 (a free port) scraping `targets` ("127.0.0.1:8000") with `rules_files` loaded."""
-    import httpx
     import yaml
 
     exe = _binary("prometheus")
@@ -120,21 +118,5 @@ def start_prometheus(
         f"--storage.tsdb.path={folder / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    server = PrometheusServer(port, folder, proc)
-    try:
-        _wait_until(
-            lambda: httpx.get(server.url + "/-/ready", timeout=1).status_code == 200,
-            timeout_s,
-            proc,
-            f"prometheus on port {port}",
-            log,
-        )
-    except BaseException:
-        server.stop()
-        raise
-    atexit.register(server.stop)
-    return server
+    server = PrometheusServer(port, folder, start_logged(cmd, log))
+    return hold_started(server, answers_200(server.url + "/-/ready", 1), timeout_s, f"prometheus on port {port}", log)

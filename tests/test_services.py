@@ -140,3 +140,70 @@ def test_wait_drained_waits_out_the_backlog_an_overload_left():
         flooding.join()
     assert waited > 0.05, "there was a backlog to wait for"
     assert m["ailab_queue_depth"] == 0 and m["ailab_in_flight"] == 0
+
+
+def test_hold_started_holds_a_ready_server_and_stops_one_that_fails(tmp_path, monkeypatch):
+    """The one start-and-wait sequence every starter ends with: ready, then stopped at exit; or stopped and why."""
+    import atexit
+    import subprocess
+    import sys
+
+    held_at_exit = []
+    monkeypatch.setattr(atexit, "register", held_at_exit.append)
+    log = tmp_path / "dead" / "server.log"
+    log.parent.mkdir()
+    log.write_text("no such model\n")
+    dead = S.HeldServer(1, log.parent, subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]))
+    with pytest.raises(S.ServiceError, match=r"(?s)dead exited at start-up \(code 3\).*no such model"):
+        S.hold_started(dead, lambda: False, 30, "dead", log)
+    assert not log.parent.exists() and held_at_exit == []
+
+    slow = S.HeldServer(2, tmp_path / "slow", subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+    with pytest.raises(S.ServiceError, match="slow did not become ready within 0 s"):
+        S.hold_started(slow, lambda: False, 0.3, "slow", None)
+    assert slow.proc.poll() is not None and held_at_exit == []
+
+    calls = []
+    ok = S.HeldServer(3, tmp_path / "ok", subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+    try:
+        got = S.hold_started(ok, lambda: calls == ["started"], 30, "ok", None, start=lambda: calls.append("started"))
+        assert got is ok and calls == ["started"] and held_at_exit == [ok.stop] and ok.proc.poll() is None
+    finally:
+        ok.stop()
+
+
+def test_a_server_in_its_own_session_stops_with_its_workers(tmp_path):
+    """vLLM's engine core, a peer's worker processes: started in the server's session, gone when it stops."""
+    import os
+    import subprocess
+    import sys
+    from typing import ClassVar
+
+    import psutil
+
+    class WithWorkers(S.HeldServer):
+        whole_session: ClassVar[bool] = True
+
+    code = (
+        "import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(w.pid, flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    worker = int(proc.stdout.readline())
+    server = WithWorkers(1, tmp_path, proc)
+    assert server.rss_mib() > 5  # the server and its worker, read as one tree
+    server.stop()
+
+    def gone(pid):
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
+        except psutil.NoSuchProcess:
+            return True
+
+    deadline = time.monotonic() + 5
+    while not gone(worker):
+        if time.monotonic() > deadline:
+            os.kill(worker, 9)
+            pytest.fail("the worker outlived the server that started it")
+        time.sleep(0.05)
+    assert proc.poll() is not None and not tmp_path.exists()

@@ -53,7 +53,7 @@ def test_a_right_hand_series_gets_its_own_scale_and_round_ticks():
 def test_the_figures_built_on_line_chart_keep_the_conventions():
     from types import SimpleNamespace
 
-    samples = [{"t_s": 60.0 * i, "rss_mb": 700.0, "p50_ms": 5.0, "p99_ms": 40.0 + i, "rps": 50.0} for i in range(5)]
+    samples = [{"t_s": 60.0 * i, "rss_mib": 700.0, "p50_ms": 5.0, "p99_ms": 40.0 + i, "rps": 50.0} for i in range(5)]
     soak = SimpleNamespace(samples=samples, rss_slope_mb_per_min=0.0, verdict="steady")
     fig = viz.soak_figure(soak)
     assert [t.yaxis or "y" for t in fig.data] == ["y", "y2"] and fig.layout.yaxis2.tickmode == "auto"

@@ -8,7 +8,7 @@
 - sweep.py    sweep by concurrency in rounds (best throughput within an SLO), rate_sweep (the capacity knee),
               keeps_up (did a queue build over an open loop?)
 - soak.py     soak: RSS and p99 slopes over minutes, with a verdict
-- process.py  process_rss_mb, process_cpu_s: a server's process tree read from outside
+- process.py  process_tree_rss_mib, process_cpu_s: a server's process tree read from outside
 
 Warm-up requests are sent but excluded from every figure. The functions are synchronous and also work
 inside Jupyter (the event loop runs on a helper thread).
@@ -18,6 +18,6 @@ from ailab.bench.child import in_subprocess
 from ailab.bench.http import BenchTargetError
 from ailab.bench.loops import closed_loop, drive_batcher, open_loop
 from ailab.bench.records import MIN_SAMPLES_FOR_P99, LoadResult, Record, Window
-from ailab.bench.process import process_cpu_s, process_rss_mb
+from ailab.bench.process import process_cpu_s, process_tree_rss_mib
 from ailab.bench.soak import SoakResult, soak
 from ailab.bench.sweep import RateSweepResult, SweepResult, keeps_up, rate_sweep, sweep

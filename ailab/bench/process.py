@@ -25,8 +25,9 @@ def _sum_over(procs: list, read) -> float:
     return total
 
 
-def process_rss_mb(pid: int, children: bool = True) -> float:
-    """Resident memory of `pid` (plus its children: worker processes count too), in MB of 2**20 bytes."""
+def process_tree_rss_mib(pid: int, children: bool = True) -> float:
+    """Resident memory of `pid` and, with `children`, every process under it (a server's worker processes, its
+    engine core, count too), in MiB (2**20 bytes). The one RSS reading: every server, soak and suite uses it."""
     return _sum_over(_tree(pid, children), lambda p: p.memory_info().rss) / 2**20
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ailab.bench.loops import closed_loop
-from ailab.bench.process import process_rss_mb
+from ailab.bench.process import process_tree_rss_mib
 from ailab.bench.records import LoadResult
 
 
@@ -62,7 +62,7 @@ _WORDS = {"over": "over the limit", "under": "under the limit", "unknown": "not 
 @dataclass
 class SoakResult:
     load: LoadResult
-    samples: list[dict]  # {"t_s", "rss_mb", "p50_ms", "p99_ms", "rps"}
+    samples: list[dict]  # {"t_s", "rss_mib", "p50_ms", "p99_ms", "rps"}
     pid: int | None
     rss_limit_mb_per_min: float
     p99_limit_ms_per_min: float
@@ -73,7 +73,7 @@ class SoakResult:
 
     @property
     def rss_slope_mb_per_min(self) -> float:
-        return _slope_per_min([s["t_s"] for s in self.samples], [s["rss_mb"] for s in self.samples])
+        return _slope_per_min([s["t_s"] for s in self.samples], [s["rss_mib"] for s in self.samples])
 
     @property
     def p99_slope_ms_per_min(self) -> float:
@@ -84,7 +84,7 @@ class SoakResult:
 
     def _calls(self) -> tuple[tuple[str, str], tuple[str, str]]:
         """For memory and for latency: ("over" | "under" | "unknown", why in words)."""
-        rss, rss_se = _fit_per_min(*self._column("rss_mb"))
+        rss, rss_se = _fit_per_min(*self._column("rss_mib"))
         p99, p99_se = _fit_per_min(*self._column("p99_ms"))
         memory = _call(rss, rss_se, self.rss_limit_mb_per_min)
         growth = rss * self.minutes if math.isfinite(rss) else math.nan
@@ -124,8 +124,8 @@ class SoakResult:
             "soak_p99_slope_ms_per_min": round(self.p99_slope_ms_per_min, 3),
             "soak_verdict": self.verdict,
             "soak_verdict_reason": self.verdict_reason,
-            "soak_rss_start_mb": round(self.samples[0]["rss_mb"], 1) if self.samples else None,
-            "soak_rss_end_mb": round(self.samples[-1]["rss_mb"], 1) if self.samples else None,
+            "soak_rss_start_mb": round(self.samples[0]["rss_mib"], 1) if self.samples else None,
+            "soak_rss_end_mb": round(self.samples[-1]["rss_mib"], 1) if self.samples else None,
             "soak_rps": round(self.load.rps, 2),
             "soak_p99_ms": round(self.load.stats.p99_ms, 2),
         }
@@ -154,21 +154,21 @@ def soak(
             f">= 3 * sample_every_s ({sample_every_s})"
         )
     target = pid if pid is not None else os.getpid()
-    process_rss_mb(target)  # fail now (NoSuchProcess) rather than after the run
+    process_tree_rss_mib(target)  # fail now (NoSuchProcess) rather than after the run
     rss: list[tuple[float, float]] = []
     next_at = [warmup_s]
 
     def sample(now: float):
         if now >= next_at[0]:
-            rss.append((now - warmup_s, process_rss_mb(target)))
+            rss.append((now - warmup_s, process_tree_rss_mib(target)))
             next_at[0] += sample_every_s
 
     load = closed_loop(url, payloads, clients, duration_s, warmup_s, progress=progress, _hooks=(sample,), **kw)
     samples = []
-    for t, mb in rss:
+    for t, mib in rss:
         lats = [r.latency_ms for r in load.records if t - sample_every_s <= r.sent_s - warmup_s < t]
         p50, p99 = np.percentile(lats, [50, 99]) if lats else (math.nan, math.nan)
         samples.append(
-            {"t_s": t, "rss_mb": mb, "p50_ms": float(p50), "p99_ms": float(p99), "rps": len(lats) / sample_every_s}
+            {"t_s": t, "rss_mib": mib, "p50_ms": float(p50), "p99_ms": float(p99), "rps": len(lats) / sample_every_s}
         )
     return SoakResult(load, samples, pid, rss_limit_mb_per_min, p99_limit_ms_per_min)

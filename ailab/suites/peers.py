@@ -7,7 +7,7 @@
               and from `hey` (Go, Debian's package); rounds interleaved: every peer and both generators in turn,
               so load from elsewhere hits all of them alike
   figures     req/s, p50 and p99 per peer, generator and concurrency (medians over rounds), the resident memory
-              of each peer's whole process tree, and ailab / mosec at 32 clients
+              of each peer's whole process tree (MiB), and ailab / mosec at 32 clients
   model side  each peer's model traced from inside (not Ray's): the share of the run it was busy, its mean
               batch and the median idle gap between batches; what the servers around the same model differ by
 
@@ -29,8 +29,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+
+from ailab.services import HeldServer, ServiceError, free_port, hold_started
 
 PEERS = ("ailab", "mosec", "litserve", "ray")
 
@@ -54,91 +57,67 @@ def parse_args(argv):
 
 
 @dataclass
-class Peer:
-    name: str
-    url: str
-    pid: int | None = None  # the root of its process tree (None: Ray, measured its own way)
-    proc: subprocess.Popen | None = field(default=None, repr=False)
-    log: Path | None = None
-    trace: Path | None = None  # its model's batches (_peer_model.TracedPredictor); None: Ray
-    stop: object = None  # () -> None: the peer and every process it started, gone
-    ray: object = None  # the RayServe cluster, for the Ray peer
+class PeerServer(HeldServer):
+    """One of _peer_servers' peers in its own process session, held as every server we start is. `url` is where it
+    takes predictions; its folder holds its log and its model's batch trace (_peer_model.TracedPredictor).
+    stop() ends the session: the peer and every worker process it started."""
+
+    name: str = field(kw_only=True)
+    path: str = field(kw_only=True)  # where it takes predictions
+
+    stop_timeout_s: ClassVar[float] = 10.0
+    whole_session: ClassVar[bool] = True
+
+    @property
+    def url(self) -> str:
+        return super().url + self.path
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "peer.log"
+
+    @property
+    def trace(self) -> Path:
+        return self.folder / "peer.batches"
 
 
-def start_peer(kind: str, env: dict) -> Peer:
+def start_peer(kind: str, env: dict) -> PeerServer:
     """One of _peer_servers' peers in its own process (not yet ready: see wait_until_answering)."""
-    from ailab.services import free_port, stop_process
     from ailab.suites._peer_servers import PATHS
 
-    port = free_port()
-    fd, log_name = tempfile.mkstemp(prefix=f"ailab-peer-{kind}-", suffix=".log")
-    trace_fd, trace_name = tempfile.mkstemp(prefix=f"ailab-peer-{kind}-", suffix=".batches")
-    os.close(trace_fd)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ailab.suites._peer_servers", kind, str(port)],
-        stdout=fd,
-        stderr=fd,
-        env={**os.environ, **env, "AILAB_PEER_TRACE": trace_name},
-        start_new_session=True,
-    )
-    os.close(fd)
-    peer = Peer(kind, f"http://127.0.0.1:{port}{PATHS[kind]}", proc.pid, proc, Path(log_name), Path(trace_name))
-
-    def stop():
-        import signal
-
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)  # the peer and the worker processes it started
-        except ProcessLookupError:
-            pass
-        stop_process(proc, 10.0)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        peer.log.unlink(missing_ok=True)
-        peer.trace.unlink(missing_ok=True)
-
-    peer.stop = stop
+    peer = PeerServer(free_port(), Path(tempfile.mkdtemp(prefix=f"ailab-peer-{kind}-")), name=kind, path=PATHS[kind])
+    peer.trace.touch()
+    with open(peer.log, "wb") as fh:
+        peer.proc = subprocess.Popen(
+            [sys.executable, "-m", "ailab.suites._peer_servers", kind, str(peer.port)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env, "AILAB_PEER_TRACE": str(peer.trace)},
+            start_new_session=True,
+        )
     return peer
 
 
-def wait_until_answering(peer: Peer, timeout_s: float = 240.0) -> None:
-    """Until the peer answers a prediction with 200 (its model loaded); stops it and says why otherwise."""
+def wait_until_answering(peer: PeerServer, timeout_s: float = 240.0) -> PeerServer:
+    """Until the peer answers a prediction with 200 (its model loaded), then held until exit; stops it and says
+    why otherwise."""
     import httpx
 
-    from ailab.services import ServiceError, _tail
+    def answers() -> bool:
+        r = httpx.post(peer.url, json={"inputs": "warm-up"}, timeout=5)
+        if r.status_code != 200:
+            raise ServiceError(f"HTTP {r.status_code}: {r.text[:200]}")  # named as the last error on a timeout
+        return True
 
-    proc, kind = peer.proc, peer.name
-    deadline, last = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ServiceError(f"{kind} exited at start-up (code {proc.returncode}). Its log:\n{_tail(peer.log)}")
-        try:
-            r = httpx.post(peer.url, json={"inputs": "warm-up"}, timeout=5)
-            if r.status_code == 200:
-                return
-            last = f"HTTP {r.status_code}: {r.text[:200]}"
-        except httpx.HTTPError as e:
-            last = e
-        time.sleep(0.2)
-    message = f"{kind} did not answer within {timeout_s:.0f} s (last: {last}). Log:\n{_tail(peer.log)}"
-    peer.stop()
-    raise ServiceError(message)
+    return hold_started(peer, answers, timeout_s, peer.name, peer.log)
 
 
-def start_ray(batch: int, wait_ms: float) -> Peer:
+def start_ray(batch: int, wait_ms: float):
+    """Ray Serve as a peer (suites.scale.RayServe): Ray starts and holds its own processes; it has a url, stop()
+    and rss_mib() (every Ray process on the machine) as every other peer has."""
     from ailab.suites.scale import RayServe
 
-    ray = RayServe(max_batch_size=batch, batch_wait_s=wait_ms / 1000)
-    return Peer("ray", ray.url, stop=ray.stop, ray=ray)
-
-
-def tree_rss_mb(peer: Peer) -> float:
-    """Resident memory of the peer's whole process tree (Ray: every Ray process on the machine)."""
-    from ailab.bench import process_rss_mb
-
-    return peer.ray.rss_mb()[0] if peer.name == "ray" else process_rss_mb(peer.pid, children=True)
+    return RayServe(max_batch_size=batch, batch_wait_s=wait_ms / 1000)
 
 
 def run_hey(url: str, body: dict, clients: int, seconds: float) -> dict:
@@ -221,12 +200,12 @@ def one_text(max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars].rsplit(" ", 1)[0]
 
 
-def model_side(peer: Peer, since: float, until: float) -> dict:
+def model_side(peer, since: float, until: float) -> dict:
     """How the peer's model spent a run (see _peer_model.read_trace): where two servers run the same model on
-    the same batches, the one whose model sits idle longer between batches serves less."""
+    the same batches, the one whose model sits idle longer between batches serves less. Ray's is not traced."""
     from ailab.suites._peer_model import NO_TRACE, read_trace
 
-    if peer.trace is None:
+    if not isinstance(peer, PeerServer):
         return dict(NO_TRACE)
     return read_trace(peer.trace, since, until)
 
@@ -280,38 +259,38 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     from ailab.suites.scale import stdout_to_stderr
 
     with stdout_to_stderr(), ExitStack() as stack:  # Ray's processes print to fd 1, even as they stop
-        peers, t0 = [], time.perf_counter()
+        peers, t0 = {}, time.perf_counter()
         for kind in peers_wanted:  # the processes load their models at the same time
             if kind != "ray":
-                peers.append(start_peer(kind, env))
-                stack.callback(peers[-1].stop)
-        for peer in peers:
+                peers[kind] = start_peer(kind, env)
+                stack.callback(peers[kind].stop)
+        for kind, peer in peers.items():
             wait_until_answering(peer)
-            out["start_s"][peer.name] = round(time.perf_counter() - t0, 1)
+            out["start_s"][kind] = round(time.perf_counter() - t0, 1)
         if "ray" in peers_wanted and args.model == "minilm":  # the Ray deployment serves MiniLM only
             t0 = time.perf_counter()
-            peers.append(start_ray(32, 10))
-            stack.callback(peers[-1].stop)
+            peers["ray"] = start_ray(32, 10)
+            stack.callback(peers["ray"].stop)
             out["start_s"]["ray"] = round(time.perf_counter() - t0, 1)
-        for peer in peers:  # warm every path once under load before anything counts
+        for peer in peers.values():  # warm every path once under load before anything counts
             run_hey(peer.url, body, 8, 1.0)
         for c in clients:
             for rnd in range(args.rounds):
-                for peer in peers:
+                for name, peer in peers.items():
                     for gen, fn in GENERATORS.items():
                         since = time.monotonic()
                         row = fn(peer.url, body, c, args.seconds)
                         row.update(model_side(peer, since, time.monotonic()))
                         out["rows"].append(
                             {
-                                "peer": peer.name,
+                                "peer": name,
                                 "generator": gen,
                                 "clients": c,
                                 "round": rnd,
                                 **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()},
                             }
                         )
-        out["rss_mb"] = {peer.name: round(tree_rss_mb(peer), 1) for peer in peers}
+        out["rss_mib"] = {name: round(peer.rss_mib(), 1) for name, peer in peers.items()}
     out["summary"] = summarise(out["rows"])
     top = str(max(clients))
     s = out["summary"]

@@ -8,8 +8,8 @@
            build, from its own venv: --vllm-python, AILAB_VLLM_PYTHON or `make vllm-env`'s), float32, on loopback.
   rounds   each round drives both servers with the same trace flat out (--clients in flight), first with ailab's
            client, then with `vllm bench serve`, the servers' order alternating between rounds: output tokens/s,
-           TTFT / TPOT / ITL / end-to-end p50 and p99, goodput under the SLO. Memory: each server's resident set
-           (its process tree: both run their engine in a child process) after the rounds.
+           TTFT / TPOT / ITL / end-to-end p50 and p99, goodput under the SLO. Memory: each server's resident set in
+           MiB (its process tree: both run their engine in a child process) after the rounds.
 Without vLLM it says why (`vllm: {"skipped": ...}`) and measures ailab alone.
 """
 
@@ -123,7 +123,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     from ailab.device import describe_hardware
     from ailab.generation.train import train_lm
     from ailab.scratch import scratch_dir
-    from ailab.services import process_tree_rss_mb, start_ailab_server, start_vllm_server
+    from ailab.services import start_ailab_server, start_vllm_server
 
     args = parse_args(argv)
     n = args.requests or (48 if quick else 800)
@@ -180,7 +180,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         out["rounds_detail"] = rows
         for key in rows[0]:
             out[key] = {k: v for k, v in _median_row(r[key] for r in rows).items() if k in KEYS}
-        out["rss_mb"] = {k: round(process_tree_rss_mb(s.pid), 1) for k, s in servers.items()}
+        out["rss_mib"] = {k: round(s.rss_mib(), 1) for k, s in servers.items()}
         if "vllm" in servers:
             out["ailab_over_vllm"] = {
                 client: {

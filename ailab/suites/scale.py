@@ -9,7 +9,7 @@ batch up to 32 texts waiting at most 10 ms, and get the same closed-loop load fr
           max_queued_requests back-pressure, HTTP on 127.0.0.1 only
 
 Then ailab.server alone: a concurrency sweep (the best req/s with p99 within --slo-ms) and a soak
-(--soak-minutes) sampling the server process's RSS (slope in MB/min).
+(--soak-minutes) sampling the server process's RSS (slope in MiB/min).
 
     ailab bench --json scale                       # full run (~3 min + a 1-minute soak)
     ailab bench --json scale --soak-minutes 10     # the 10-minute soak (make soak)
@@ -104,14 +104,14 @@ class RayServe(RayCluster):
     def replicas(self) -> int:
         return sum(self.replica_states().values())
 
-    def rss_mb(self) -> tuple[float, int]:
-        """Resident memory of every Ray process on this machine (raylet, GCS, proxy, controller, replicas)."""
+    def processes(self) -> list[int]:
+        """The pid of every Ray process on this machine (raylet, GCS, proxy, controller, replicas)."""
         import psutil
 
-        total, n = 0, 0
-        for p in psutil.process_iter(["name", "cmdline", "memory_info"]):
+        pids = []
+        for p in psutil.process_iter(["cmdline"]):
             cmd = " ".join(p.info["cmdline"] or [])
-            if p.info["memory_info"] and (
+            if (
                 "ray::" in cmd
                 or "ray/core" in cmd
                 or "raylet" in cmd
@@ -120,9 +120,22 @@ class RayServe(RayCluster):
                 or "dashboard" in cmd
                 and "ray" in cmd
             ):
-                total += p.info["memory_info"].rss
-                n += 1
-        return total / 2**20, n
+                pids.append(p.pid)
+        return pids
+
+    def rss_mib(self) -> float:
+        """Resident memory of every Ray process on this machine (see processes()), in MiB."""
+        import psutil
+
+        from ailab.bench.process import process_tree_rss_mib
+
+        total = 0.0
+        for pid in self.processes():
+            try:
+                total += process_tree_rss_mib(pid, children=False)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone since the listing, or not ours to read
+                pass
+        return total
 
 
 def autoscaling_trace(
@@ -365,8 +378,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
                 )
                 one = bench.closed_loop(ray.url, payloads[:1], 1, 3.0, warmup_s=0.5)
                 out["ray_p50_ms_1_client"] = one.stats.p50_ms
-                out["ray_rss_mb"], out["ray_processes"] = ray.rss_mb()
-                out["ailab_rss_mb"] = bench.process_rss_mb(srv.pid)
+                out["ray_rss_mib"], out["ray_processes"] = ray.rss_mib(), len(ray.processes())
+                out["ailab_rss_mib"] = srv.rss_mib()
         finally:
             if ray is not None:
                 ray.stop()
