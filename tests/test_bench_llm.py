@@ -13,13 +13,14 @@ from ailab.bench.llm import GenRecord, ServeResult, serve_bench
 from ailab.generation import Decoder, Request
 from ailab.models import tiny_gpt
 from ailab.server import create_app, start_in_thread
-from ailab.server.llm_engine import GenerationEngine, GenerationStream
+from ailab.server.async_llm import AsyncLLM
+from ailab.server.output_processor import RequestState
 from ailab.suites.generation_serve import byte_tokenizer, make_trace
 
 
 @pytest.fixture(scope="module")
 def served():
-    engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=64, block_size=16, max_running=4, name="g")
+    engine = AsyncLLM(Decoder(tiny_gpt("1m")), num_blocks=64, block_size=16, max_running=4, name="g")
     with start_in_thread(create_app(generation=engine)) as handle:
         yield handle.url, engine
 
@@ -87,10 +88,10 @@ def test_a_finished_request_leaves_the_server(served):
     server holds no more generation requests than before."""
     url, engine = served
     serve_bench(url, "g", make_trace(20, 16, 4), max_concurrency=4)  # warm
-    before = (_live(Request), _live(GenerationStream))
+    before = (_live(Request), _live(RequestState))
     serve_bench(url, "g", make_trace(300, 16, 4), max_concurrency=8)
-    assert (_live(Request), _live(GenerationStream)) == before
-    assert engine.in_engine == 0 and not engine.scheduler.running and not engine.scheduler.waiting
+    assert (_live(Request), _live(RequestState)) == before
+    assert engine.in_engine == 0 and not engine.core.running and not engine.core.waiting
 
 
 def test_a_generation_soak_is_flat():

@@ -289,9 +289,9 @@ def test_the_server_stream_helper_writes_what_the_route_sends():
     from ailab.generation import Decoder
     from ailab.models import tiny_gpt
     from ailab.server import create_app, start_in_thread
-    from ailab.server.llm_engine import GenerationEngine
+    from ailab.server.async_llm import AsyncLLM
 
-    engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=16, block_size=16, name="ailab-gpt-1m")
+    engine = AsyncLLM(Decoder(tiny_gpt("1m")), num_blocks=16, block_size=16, name="ailab-gpt-1m")
     body = {
         "prompt": "abc",
         "max_tokens": 12,

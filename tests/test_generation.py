@@ -16,7 +16,8 @@ from ailab.generation import (
     PagedKVCache,
     Request,
     RequestTooLarge,
-    Scheduler,
+    EngineCore,
+    SamplingParams,
     decode_one_token,
     generate,
     generate_without_cache,
@@ -118,9 +119,9 @@ def test_a_cache_for_a_model_takes_its_dtype_and_device_unless_told(hf):
         assert cache.k.dtype == cache.v.dtype == torch.float64 and cache.k.device == wide.device
     assert KVCache.for_model(wide, 1, 8, dtype=torch.float16).k.dtype == torch.float16, "an explicit dtype wins"
     prompt = ids_of(6)
-    s = Scheduler(wide, PagedKVCache.for_model(wide, 16, 4), max_running=2)
-    s.submit(Request(0, prompt[0].tolist(), 5, temperature=0.7, seed=3))
-    s.submit(Request(1, prompt[0].tolist(), 5))
+    s = EngineCore(wide, PagedKVCache.for_model(wide, 16, 4), max_running=2)
+    s.add_request(Request(0, prompt[0].tolist(), SamplingParams(max_tokens=5, temperature=0.7, seed=3)))
+    s.add_request(Request(1, prompt[0].tolist(), 5))
     done = []
     while not s.idle:
         done += s.step().done
@@ -201,9 +202,9 @@ def _requests(lengths, new_tokens, seed=0):
 
 def _run(model, reqs, num_blocks, block_size=4, **kw):
     cache = PagedKVCache.for_model(model, num_blocks, block_size)
-    s = Scheduler(model, cache, **kw)
+    s = EngineCore(model, cache, **kw)
     for r in reqs:
-        s.submit(r)
+        s.add_request(r)
     steps, done = 0, []
     while not s.idle:
         done += s.step().done
@@ -238,39 +239,39 @@ def test_a_small_pool_preempts_and_still_gives_the_same_tokens(model):
 def test_static_batching_admits_only_when_the_batch_is_done(model):
     reqs = _requests([4, 4, 4], [2, 12, 2])
     cache = PagedKVCache.for_model(model, 64, 4)
-    s = Scheduler(model, cache, max_running=2, policy="static")
+    s = EngineCore(model, cache, max_running=2, policy="static")
     for r in reqs:
-        s.submit(r)
-    while reqs[0].state != "finished":
+        s.add_request(r)
+    while reqs[0].status != "finished":
         s.step()
-    assert reqs[2].state == "waiting", "the third waits for the long member of the first batch"
-    cont = Scheduler(model, PagedKVCache.for_model(model, 64, 4), max_running=2)
+    assert reqs[2].status == "waiting", "the third waits for the long member of the first batch"
+    cont = EngineCore(model, PagedKVCache.for_model(model, 64, 4), max_running=2)
     fresh = _requests([4, 4, 4], [2, 12, 2])
     for r in fresh:
-        cont.submit(r)
-    while fresh[0].state != "finished":
+        cont.add_request(r)
+    while fresh[0].status != "finished":
         cont.step()
     cont.step()
-    assert fresh[2].state != "waiting", "continuous batching admits it as soon as a seat is free"
+    assert fresh[2].status != "waiting", "continuous batching admits it as soon as a seat is free"
 
 
 def test_a_request_larger_than_the_pool_is_refused_at_submit(model):
-    s = Scheduler(model, PagedKVCache.for_model(model, 4, 4))
+    s = EngineCore(model, PagedKVCache.for_model(model, 4, 4))
     with pytest.raises(RequestTooLarge, match="4 KV blocks|the pool has 4"):
-        s.submit(Request(0, [1] * 10, 10))
+        s.add_request(Request(0, [1] * 10, 10))
     with pytest.raises(ValueError, match="non-empty prompt"):
-        s.submit(Request(1, [], 3))
+        s.add_request(Request(1, [], 3))
     assert s.idle
 
 
 def test_cancel_returns_the_blocks_at_once(model):
     cache = PagedKVCache.for_model(model, 16, 4)
-    s = Scheduler(model, cache)
-    s.submit(Request(0, [1, 2, 3], 30))
+    s = EngineCore(model, cache)
+    s.add_request(Request(0, [1, 2, 3], 30))
     s.step()
     assert len(cache.allocator.free_blocks) < 16
-    assert s.cancel(0) and len(cache.allocator.free_blocks) == 16 and s.idle
-    assert not s.cancel(0)
+    assert s.abort_request(0) and len(cache.allocator.free_blocks) == 16 and s.idle
+    assert not s.abort_request(0)
 
 
 # ----------------------------------------------------------------------------- the model trained here
@@ -356,12 +357,12 @@ def test_every_engine_serves_a_trace_and_the_schedulers_give_greedy_tokens(model
     import copy
 
     from ailab.generation.paged import PagedKVCache
-    from ailab.generation.scheduler import Scheduler
+    from ailab.generation.engine_core import EngineCore
 
-    s = Scheduler(model, PagedKVCache.for_model(model, 64, 8), max_running=3)
+    s = EngineCore(model, PagedKVCache.for_model(model, 64, 8), max_running=3)
     reqs = [copy.deepcopy(r) for r in trace]
     for r in reqs:
-        s.submit(r)
+        s.add_request(r)
     while not s.idle:
         s.step()
     for r in reqs:
@@ -530,17 +531,17 @@ def test_states_and_finish_reasons_are_their_plain_strings():
     # Str enums: JSON, logs, metric labels and OpenAI's finish_reason read the same words as before.
     import json
 
-    from ailab.generation import FinishReason, RequestState
+    from ailab.generation import FinishReason, RequestStatus
 
     assert (
         FinishReason.LENGTH == "length"
         and f"{FinishReason.STOP}" == "stop"
         and str(FinishReason.CANCELLED) == "cancelled"
     )
-    assert json.dumps({"finish_reason": FinishReason.LENGTH, "state": RequestState.RUNNING}) == (
+    assert json.dumps({"finish_reason": FinishReason.LENGTH, "state": RequestStatus.RUNNING}) == (
         '{"finish_reason": "length", "state": "running"}'
     )
-    assert [s.value for s in RequestState] == ["waiting", "running", "finished"]
+    assert [s.value for s in RequestStatus] == ["waiting", "running", "finished"]
 
 
 # ----------------------------------------------------------------------------- plan, execute, apply
@@ -576,7 +577,9 @@ def test_the_executor_returns_tokens_and_changes_no_request(model):
     from ailab.generation import ModelExecutor, schedule
 
     cache = PagedKVCache.for_model(model, 32, 4)
-    reqs = _requests([5, 9], [4, 4], seed=11) + [Request(2, ids_of(3)[0].tolist(), 4, temperature=0.8, seed=1)]
+    reqs = _requests([5, 9], [4, 4], seed=11) + [
+        Request(2, ids_of(3)[0].tolist(), SamplingParams(max_tokens=4, temperature=0.8, seed=1))
+    ]
     waiting, running = deque(reqs), []
     plan = schedule(waiting, running, cache.allocator)
     before = copy.deepcopy(reqs)
@@ -665,10 +668,10 @@ def test_every_step_runs_one_forward_whether_it_admits_or_not(hf):
     calls = []
     plain = counted.forward
     counted.forward = lambda ids, view: calls.append(tuple(ids.shape)) or plain(ids, view)
-    s = Scheduler(counted, PagedKVCache.for_model(counted, 32, 4), max_running=3)
+    s = EngineCore(counted, PagedKVCache.for_model(counted, 32, 4), max_running=3)
     reqs = _requests([5, 9, 1, 6], [3, 5, 4, 2], seed=3)
     for r in reqs:
-        s.submit(r)
+        s.add_request(r)
     steps = 0
     while not s.idle:
         s.step()
@@ -681,9 +684,9 @@ def test_every_step_runs_one_forward_whether_it_admits_or_not(hf):
 
 
 def test_a_step_reports_its_time_in_parts(model):
-    s = Scheduler(model, PagedKVCache.for_model(model, 16, 4), max_running=2)
-    s.submit(Request(0, [1, 2, 3], 3))
-    s.submit(Request(1, [4, 5], 3))
+    s = EngineCore(model, PagedKVCache.for_model(model, 16, 4), max_running=2)
+    s.add_request(Request(0, [1, 2, 3], 3))
+    s.add_request(Request(1, [4, 5], 3))
     first, second = s.step(), s.step()
     assert (first.admitted, first.decoded, second.admitted, second.decoded) == (2, 0, 0, 2)
     for t in (first.times, second.times):

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from ailab.generation import Decoder, PagedKVCache, Request, Scheduler, generate
+from ailab.generation import Decoder, PagedKVCache, Request, EngineCore, generate
 from ailab.generation.compiled import BUCKETS, bucket_for, pad_view
 from ailab.generation.decode import decode_paged
 from ailab.generation.paged import store_kv
@@ -69,10 +69,10 @@ def test_the_compiled_scheduler_makes_the_tokens_the_eager_one_makes():
         Request(i, torch.randint(0, 256, (n,)).tolist(), m)
         for i, (n, m) in enumerate([(5, 30), (40, 8), (12, 20), (3, 12)])
     ]
-    sched = Scheduler(model, PagedKVCache.for_model(model, 64, 16), max_running=4, compile=True)
+    sched = EngineCore(model, PagedKVCache.for_model(model, 64, 16), max_running=4, compile=True)
     done = copy.deepcopy(reqs)
     for r in done:
-        sched.submit(r)
+        sched.add_request(r)
     while not sched.idle:
         sched.step()  # batches of 4, 3, 2 and 1, tables of 1 to 4 blocks: one compilation serves them all
     for r in done:

@@ -17,15 +17,15 @@ import ailab.server.headers as hdr
 from ailab.generation import Decoder
 from ailab.models import tiny_gpt
 from ailab.server import create_app, start_in_thread
-from ailab.server.llm_engine import GenerationEngine
+from ailab.server.async_llm import AsyncLLM
 
 KEY = "s3cret-key"
 NAME = "ailab-gpt-hidden"  # the served model's name: what a caller without the key must not read
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-def _engine() -> GenerationEngine:
-    return GenerationEngine(Decoder(tiny_gpt("1m", seed=0)), num_blocks=32, block_size=16, name=NAME)
+def _engine() -> AsyncLLM:
+    return AsyncLLM(Decoder(tiny_gpt("1m", seed=0)), num_blocks=32, block_size=16, name=NAME)
 
 
 @pytest.fixture(scope="module")

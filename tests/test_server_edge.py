@@ -18,7 +18,7 @@ from ailab.generation import Decoder
 from ailab.models import tiny_gpt
 from ailab.server import create_app, start_in_thread
 from ailab.server.edge import flat_routes
-from ailab.server.llm_engine import GenerationEngine
+from ailab.server.async_llm import AsyncLLM
 from ailab.server.metrics import configure_json_logging
 from ailab.server.predictors import tiny_predictor
 
@@ -37,7 +37,7 @@ WRONG = [
 
 @pytest.fixture(scope="module")
 def app():
-    engine = GenerationEngine(Decoder(tiny_gpt("1m")), num_blocks=32, block_size=16, name="gpt")
+    engine = AsyncLLM(Decoder(tiny_gpt("1m")), num_blocks=32, block_size=16, name="gpt")
     app = create_app({"tiny": tiny_predictor}, "tiny", generation=engine, api_key=KEY, torch_threads=1)
 
     @app.get("/v1/added-later")  # what a contributor adds tomorrow, with no thought of auth

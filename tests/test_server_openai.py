@@ -18,8 +18,9 @@ from ailab.generation import Decoder, generate
 from ailab.generation.chat import CHAT_STOP, chat_prompt
 from ailab.models import tiny_gpt
 from ailab.server import create_app, start_in_thread
-from ailab.server.llm_engine import GenerationEngine
-from ailab.server.openai_protocol import TextAssembler, parse_completion
+from ailab.server.async_llm import AsyncLLM
+from ailab.server.detokenizer import IncrementalDetokenizer
+from ailab.server.openai_protocol import parse_completion
 
 KEY = "sk-test"
 NAME = "ailab-gpt-test"
@@ -32,7 +33,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def served(model):
-    engine = GenerationEngine(model, num_blocks=64, block_size=16, max_running=4, max_waiting=16, name=NAME)
+    engine = AsyncLLM(model, num_blocks=64, block_size=16, max_running=4, max_waiting=16, name=NAME)
     with start_in_thread(create_app(generation=engine, api_key=KEY)) as handle:
         yield handle.url, engine
 
@@ -255,7 +256,7 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_its_blocks(served):
 
 
 def test_a_full_waiting_line_is_503_with_retry_after(model):
-    engine = GenerationEngine(model, num_blocks=8, block_size=16, max_running=1, max_waiting=0, name=NAME)
+    engine = AsyncLLM(model, num_blocks=8, block_size=16, max_running=1, max_waiting=0, name=NAME)
     with start_in_thread(create_app(generation=engine)) as h:
         c = openai.OpenAI(base_url=h.url + "/v1", api_key="none", max_retries=0)
         with pytest.raises(openai.InternalServerError) as e:
@@ -295,23 +296,23 @@ def test_without_an_engine_the_routes_say_so():
 
 def test_the_assembler_holds_back_split_characters_and_stop_prefixes():
     word = "né €".encode()  # 2- and 3-byte characters
-    a = TextAssembler([])
+    a = IncrementalDetokenizer([])
     assert "".join(a.feed([b]) for b in word) + a.feed([], "length") == "né €"
-    a = TextAssembler([b"END"])
+    a = IncrementalDetokenizer([b"END"])
     assert a.feed(list(b"abcE")) == "abc", "an E may begin END: it waits"
     assert a.feed(list(b"N")) == "" and a.feed(list(b"D"), "stop") == "", "the stop string never leaves"
-    a = TextAssembler([b"END"])
+    a = IncrementalDetokenizer([b"END"])
     assert a.feed(list(b"abE")) == "ab" and a.feed(list(b"x")) == "Ex", "a false start is released"
     assert a.feed(list(b"yz"), "length") == "yz"
 
 
 def test_the_assembler_gives_the_same_text_at_every_split():
     text = "Stop? ünïcode: END here".encode()
-    whole = TextAssembler([b"END"])
+    whole = IncrementalDetokenizer([b"END"])
     expected = whole.feed(list(text[: text.index(b"END") + 3]), "stop")
     assert expected == "Stop? ünïcode: "
     for cut in range(1, len(expected.encode()) + 3):
-        a = TextAssembler([b"END"])
+        a = IncrementalDetokenizer([b"END"])
         head, tail = text[:cut], text[cut : text.index(b"END") + 3]
         assert a.feed(list(head)) + a.feed(list(tail), "stop") == expected, cut
 
@@ -327,8 +328,11 @@ def test_the_chat_template_is_what_the_notebook_explains():
 
 def test_defaults_and_the_context_limit():
     p = parse_completion({"prompt": "abc"}, "m", 512, 4096)
-    assert (p.model, p.max_tokens, p.temperature, p.top_p, p.prompt_ids) == ("m", 16, 1.0, 1.0, [97, 98, 99])
-    assert parse_completion({"prompt": "a" * 509}, "m", 512, 4096).max_tokens == 3, "16 would not fit: the rest"
+    sp = p.sampling_params
+    assert (p.model, sp.max_tokens, sp.temperature, sp.top_p, p.prompt_ids) == ("m", 16, 1.0, 1.0, [97, 98, 99])
+    assert parse_completion({"prompt": "a" * 509}, "m", 512, 4096).sampling_params.max_tokens == 3, (
+        "16 would not fit: the rest"
+    )
     assert parse_completion({"prompt": [[1, 2, 3]]}, "m", 512, 4096).prompt_ids == [1, 2, 3]
 
 
@@ -337,9 +341,9 @@ def test_the_engine_core_in_a_process_of_its_own(model):
     dead core takes the server out of rotation with the reason, and closing leaves no process behind."""
     from functools import partial
 
-    from ailab.generation.engine_core import generation_model
+    from ailab.server.generation_policy import generation_model
 
-    engine = GenerationEngine(partial(generation_model, "1m"), num_blocks=32, block_size=16, name=NAME, process=True)
+    engine = AsyncLLM(partial(generation_model, "1m"), num_blocks=32, block_size=16, name=NAME, process=True)
     assert engine.max_model_len == 512 and engine.vocab_size == 256 and engine.healthy
     with start_in_thread(create_app(generation=engine)) as h:
         c = openai.OpenAI(base_url=h.url + "/v1", api_key="none", max_retries=0, timeout=30)
@@ -350,7 +354,7 @@ def test_the_engine_core_in_a_process_of_its_own(model):
         stream.close()
         _wait_until_free(engine)
         assert engine.blocks_free == engine.blocks_total and engine.in_engine == 0
-        engine._proc.kill()
+        engine.client.proc.kill()
         deadline = time.monotonic() + 10
         while engine.healthy and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -359,7 +363,7 @@ def test_the_engine_core_in_a_process_of_its_own(model):
         with pytest.raises(openai.InternalServerError):
             c.completions.create(model=NAME, prompt="x", max_tokens=2)
     engine.close()
-    assert not engine._proc.is_alive()
+    assert not engine.client.proc.is_alive()
 
 
 HIDE_MINILM = """import sys

@@ -12,9 +12,9 @@ Two things make the step compile well:
   - the new tokens' K/V are written into the pool by one custom op (paged.store_kv, as vLLM writes its cache
     with `reshape_and_cache`): traced as an ordinary index write, the pool is a mutated input and Inductor copies
     the whole pool each step (measured here: 2.9 ms a step for a 4 MiB pool, 25 ms for 32 MiB, against 0.6 ms);
-  - the host-side position check is left to the caller while compiling (the Scheduler checks at submit).
+  - the host-side position check is left to the caller while compiling (the Scheduler checks when a request is added).
 
-`compile_decode` is what the executor runs when it is asked to (`Scheduler(..., compile=True)`); a step that
+`compile_decode` is what the executor runs when it is asked to (`EngineCore(..., compile=True)`); a step that
 admits stays eager (`step_paged`: its packed row's length changes with the prompts it carries).
 """
 

@@ -55,7 +55,7 @@ class Decoder(nn.Module):
         """Logits (B, T, vocab) for `ids` (B, T), whose positions, and whose earlier tokens' K/V, `view` holds."""
         t = self.hf.transformer
         positions = view.positions  # (B, T)
-        # read on the host, so not while compiling (compiled.py): there the Scheduler has checked every request
+        # read on the host, so not while compiling (compiled.py): there the Scheduler checked every request when it was added
         if not torch.compiler.is_compiling() and int(positions.max()) >= self.max_positions:
             raise ValueError(f"position {int(positions.max())} is past the model's {self.max_positions} positions")
         x = t.wte(ids) + t.wpe(positions)  # (B, T, C)
@@ -81,10 +81,3 @@ class Decoder(nn.Module):
         h = torch.addmm(mlp.c_fc.bias, x.reshape(B * T, C), mlp.c_fc.weight)
         h = F.gelu(h, approximate="tanh")  # GPT-2's "gelu_new"
         return torch.addmm(mlp.c_proj.bias, h, mlp.c_proj.weight).view(B, T, C)
-
-
-def masked_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """softmax(q k^T * scale, where allowed) v. q (B, H, T, D), k/v (B, H, S, D), allowed (B, 1, T, S) bool."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)

@@ -1,6 +1,6 @@
 """The executing half of a step: the plan (plan.py) run over the paged KV cache, each scheduled request's new
 token returned (vLLM v1's model runner and its `ModelRunnerOutput`). The executor reads the requests (their tokens,
-their sampling settings) and changes none of them: the engine (scheduler.py) applies what it returns.
+their sampling settings) and changes none of them: the scheduler (scheduler.py) applies what it returns.
 
     prepare   token ids and one paged view per forward: block tables, positions and the new tokens' slots
     forward   one forward a step: `decode_paged` when every request decodes (with `compile=True`, its forward
@@ -79,12 +79,13 @@ class ModelExecutor:
         """(rows, vocab) logits -> one token per row: greedy rows from one batched argmax, the others drawn."""
         tokens = next_token(logits)[:, 0].tolist()  # (rows,): one argmax and one host copy for the whole step
         for i, req in enumerate(rows):
-            if req.temperature > 0:
-                tokens[i] = int(next_token(logits[i : i + 1], req.temperature, self._generator(req, logits), req.top_p))
+            sp = req.sampling_params
+            if not sp.greedy:
+                tokens[i] = int(next_token(logits[i : i + 1], sp.temperature, self._generator(req, logits), sp.top_p))
         return tokens
 
     def _generator(self, req: Request, logits: torch.Tensor) -> torch.Generator:
         if req.id not in self._generators:  # on the logits' device: CUDA samples there
-            seed = req.seed if req.seed is not None else req.id
+            seed = req.sampling_params.seed if req.sampling_params.seed is not None else req.id
             self._generators[req.id] = torch.Generator(logits.device).manual_seed(seed)
         return self._generators[req.id]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ailab.generation.decoder import masked_attention
+from ailab.generation.attention import masked_attention
 
 
 def model_placement(model, dtype: torch.dtype | None = None, device: str | torch.device | None = None):

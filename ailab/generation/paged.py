@@ -20,7 +20,7 @@ from typing import Hashable, Sequence
 
 import torch
 
-from ailab.generation.decoder import masked_attention
+from ailab.generation.attention import masked_attention
 from ailab.generation.kv_cache import model_placement
 
 

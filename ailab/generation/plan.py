@@ -1,7 +1,7 @@
 """The planning half of a step: what runs, decided from the queues and the free blocks alone (vLLM v1's
 `Scheduler.schedule()` and its `SchedulerOutput`). `schedule` moves requests between the queues and takes or frees
 KV blocks; it never calls the model and never touches a request's tokens, so it can be read, tested and timed
-without one. The executor (executor.py) runs the plan; the engine (scheduler.py) applies what comes back.
+without one. The executor (executor.py) runs the plan; the Scheduler (scheduler.py) applies what comes back.
 
 What a plan guarantees (the rules the scheduler-step lab grades; its notebook and chapter 5.2 say why):
 - running requests are served before waiting ones, and each one that keeps its seat gets a slot for its next token;

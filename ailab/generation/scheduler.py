@@ -1,108 +1,60 @@
-"""Continuous (iteration-level) batching over paged KV blocks: the engine's loop, split as vLLM v1 splits it.
+"""The Scheduler (vLLM v1's): it owns the queues and the KV blocks, plans each step, and applies what the
+executor returns. It never calls the model; the engine core (engine_core.py) puts it and the executor together.
 
-One `step()` is three calls, each in a file of its own:
+    add_request        a request joins the waiting queue, refused at once (RequestTooLarge, ValueError) if it can
+                       never run here
+    schedule           the plan of one step: `planner(waiting, running, blocks, max_running, policy)` (plan.py's
+                       `schedule` unless another is given: the scheduler-step lab runs a learner's planning step here
+                       in its place), plus the ids that left since the last plan, so the executor forgets them
+    update_from_output the plan's moves stamped on the requests, each new token appended, first-token and finish
+                       times stamped, and the requests that are done retired: their blocks are freed at once and
+                       they leave, handed to the caller once. Nothing keeps a reference to them, so a server that
+                       runs for days holds only what waits and runs
+    finish_request     a waiting or running request dropped (its client left); its blocks are freed at once
 
-  1. plan     `schedule` (plan.py) decides from the queues and the free blocks alone: a slot for every running
-              request's next token (preempting the newest when none is free), then waiting requests admitted
-              oldest first while seats and blocks allow. It returns a SchedulerOutput and never calls the model;
-  2. execute  the ModelExecutor (executor.py) runs that plan over the paged cache in one forward: `decode_paged`
-              when every request decodes, `step_paged` when some are admitted (their prompts and the decodes'
-              tokens packed in one row; an admitted request's first token comes out of its prompt's last
-              position), and returns each request's new token, changing no request;
-  3. apply    this engine appends each token to its request, stamps first-token and finish times, and retires
-              the requests that are done (max_new_tokens, or their stop rule): their blocks are freed at once
-              and they leave, handed to the caller once in the step's report (`StepReport.done`). The engine
-              keeps no reference to them, so a server that runs it for days holds only what waits and runs.
-
-The plan is whatever `planner` returns (plan.schedule unless another is given, called with the same arguments:
-the waiting deque, the running list, the block allocator, max_running and policy): the scheduler-step lab runs a
-learner's planning step here in its place, inside this same engine.
-
-policy="static" is the comparison: a batch is admitted only when the previous one has wholly finished, so
-short members sit idle until the longest ends. A request that could never fit the whole pool is refused
-when it is submitted (RequestTooLarge), not left to wait forever.
-
-Each step is timed in parts (`StepReport.times`): the plan, the executor's prepare (token tensors, block tables),
-forward and sampling, and applying the output. Everything but the forward is the scheduler's own overhead.
+policy="static" is the comparison: a batch is admitted only when the previous one has wholly finished, so short
+members sit idle until the longest ends.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable
 
-from ailab.generation.executor import ModelExecutor, ModelOutput
-from ailab.generation.paged import PagedKVCache
+from ailab.generation.paged import BlockAllocator
 from ailab.generation.plan import SchedulerOutput, schedule
-from ailab.generation.request import FinishReason, Request, RequestState
+from ailab.generation.request import FinishReason, Request, RequestStatus
 
 
 class RequestTooLarge(ValueError):
     """The request needs more KV blocks than the whole pool holds: it can never run here."""
 
 
-@dataclass
-class StepTimes:
-    """Seconds of one step, by part. `forward_s` is the model's; the rest is the scheduler's own."""
-
-    plan_s: float = 0.0  # schedule(): queues and block tables
-    prepare_s: float = 0.0  # token tensors and paged views (block tables, positions, slots) for the forward
-    forward_s: float = 0.0  # the model: prefills and the batched decode (its attention gathers the blocks)
-    sample_s: float = 0.0  # logits to tokens, and the copy to the host
-    apply_s: float = 0.0  # tokens appended, stop checks, times stamped, finished requests retired
-
-    @property
-    def overhead_s(self) -> float:
-        return self.plan_s + self.prepare_s + self.sample_s + self.apply_s
-
-    @property
-    def total_s(self) -> float:
-        return self.overhead_s + self.forward_s
-
-
-@dataclass
-class StepReport:
-    admitted: int
-    decoded: int
-    finished: int
-    preempted: int
-    running: int
-    waiting: int
-    done: list[Request] = field(default_factory=list)  # the requests that finished in this step, handed over
-    times: StepTimes = field(default_factory=StepTimes)
-
-
 class Scheduler:
     def __init__(
         self,
-        model,
-        cache: PagedKVCache,
+        blocks: BlockAllocator,
+        max_model_len: int,
         max_running: int | None = None,
         policy: str = "continuous",
-        clock=time.perf_counter,
         planner: Callable[..., SchedulerOutput] = schedule,
-        compile: bool = False,
+        clock=time.perf_counter,
     ):
         if policy not in ("continuous", "static"):
             raise ValueError(f"policy={policy!r}; choose 'continuous' or 'static'")
-        self.model, self.cache, self.alloc = model, cache, cache.allocator
-        self.max_running, self.policy, self.clock = max_running, policy, clock
-        self.planner = planner  # (waiting, running, blocks, max_running, policy) -> SchedulerOutput
-        self.executor = ModelExecutor(model, cache, compile)  # compile: the decode step under torch.compile
+        self.alloc, self.max_model_len = blocks, max_model_len
+        self.max_running, self.policy, self.planner, self.clock = max_running, policy, planner, clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._left: list[int] = []  # ids finished or cancelled since the last plan: the executor forgets them
 
-    def submit(self, req: Request) -> None:
+    def add_request(self, req: Request) -> None:
         total = len(req.prompt) + req.max_new_tokens
-        if req.max_new_tokens < 1 or not req.prompt:
-            raise ValueError(f"request {req.id}: needs a non-empty prompt and max_new_tokens >= 1")
-        if total > self.model.max_positions:
-            raise ValueError(
-                f"request {req.id}: {total} tokens exceed the model's {self.model.max_positions} positions"
-            )
+        if not req.prompt:
+            raise ValueError(f"request {req.id}: needs a non-empty prompt")
+        if total > self.max_model_len:
+            raise ValueError(f"request {req.id}: {total} tokens exceed the model's {self.max_model_len} positions")
         if self.alloc.blocks_for(total) > self.alloc.num_blocks:
             raise RequestTooLarge(
                 f"request {req.id} needs {self.alloc.blocks_for(total)} KV blocks at its longest; "
@@ -119,56 +71,36 @@ class Scheduler:
         plan.finished_ids, self._left = self._left, []
         return plan
 
-    def step(self) -> StepReport:
-        t0 = time.perf_counter()
-        plan = self.schedule()
-        t1 = time.perf_counter()
-        out = self.executor.execute(plan)
-        t2 = time.perf_counter()
-        done = self.update_from_output(plan, out)
-        times = StepTimes(t1 - t0, out.prepare_s, out.forward_s, out.sample_s, time.perf_counter() - t2)
-        return StepReport(
-            len(plan.prefill),
-            len(plan.decode),
-            len(done),
-            len(plan.preempted),
-            len(self.running),
-            len(self.waiting),
-            done,
-            times,
-        )
-
-    def update_from_output(self, plan: SchedulerOutput, out: ModelOutput) -> list[Request]:
+    def update_from_output(self, plan: SchedulerOutput, tokens: dict[int, int]) -> list[Request]:
         """Apply one step: the plan's moves stamped on the requests, each new token appended, the done retired."""
         now = self.clock()
         for req in plan.preempted:
-            req.state, req.preemptions = RequestState.WAITING, req.preemptions + 1
+            req.status, req.preemptions = RequestStatus.WAITING, req.preemptions + 1
         done = []
         for req in plan.scheduled:
-            req.state = RequestState.RUNNING
-            req.output.append(out.tokens[req.id])
+            req.status = RequestStatus.RUNNING
+            req.output.append(tokens[req.id])
             if req.first_token_s is None:
                 req.first_token_s = now
             if req.done:
                 done.append(req)
         for req in done:
-            reason = FinishReason.LENGTH if len(req.output) >= req.max_new_tokens else FinishReason.STOP
-            self._finish(req, reason, now)
+            self._finish(req, req.finish_reason_now(), now)
             self.running.remove(req)
         return done
 
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
         if req.id in self.alloc.tables:
             self.alloc.free(req.id)  # its blocks go back to the free list at once
-        req.state, req.finish_reason, req.finished_s = RequestState.FINISHED, reason, now
+        req.status, req.finish_reason, req.finished_s = RequestStatus.FINISHED, reason, now
         self._left.append(req.id)
 
-    def cancel(self, request_id: int) -> bool:
+    def finish_request(self, request_id: int, reason: FinishReason = FinishReason.CANCELLED) -> bool:
         """Drop a waiting or running request; its blocks go back to the free list at once."""
         for queue in (self.waiting, self.running):
             for req in queue:
                 if req.id == request_id:
                     queue.remove(req)
-                    self._finish(req, FinishReason.CANCELLED, self.clock())
+                    self._finish(req, reason, self.clock())
                     return True
         return False

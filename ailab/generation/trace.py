@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from ailab.generation.paged import PagedKVCache
-from ailab.generation.scheduler import Request, Scheduler
+from ailab.generation.engine_core import EngineCore
+from ailab.generation.request import Request
 
 
 def arrival_trace(
@@ -83,15 +84,15 @@ def run_scheduler(
     timeline: bool = False,
     compile: bool = False,
 ) -> dict:
-    """Serve `trace` in real time with the Scheduler; times are taken relative to the run's start.
+    """Serve `trace` in real time with the EngineCore; times are taken relative to the run's start.
     With `timeline`, the row also holds (seconds, blocks in use, running, waiting) after every step.
     With `compile`, the decode step runs compiled (compiled.py), compiled before the clock starts."""
     reqs = [copy.deepcopy(r) for r in trace]
     cache = PagedKVCache.for_model(model, num_blocks, block_size)
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731 - the scheduler stamps requests in run time
-    sched = Scheduler(model, cache, max_running, policy, clock, compile=compile)
-    _warm(sched)
+    core = EngineCore(model, cache, max_running, policy, clock, compile=compile)
+    core.warm_up(2)  # no run pays a first call's cost (a compilation, a GPU's first kernels) in its time
     t0 = time.perf_counter()
     pending = sorted(reqs, key=lambda r: r.arrival_s)
     steps: list[tuple[float, int, int, int]] = []
@@ -100,15 +101,15 @@ def run_scheduler(
     admitting: list[tuple[int, float]] = []  # (rows, wall s) of the steps that admitted someone
     in_steps_s = 0.0
     saturated = None  # (seconds, tokens) when the last request was let in: until then, demand exceeded seats
-    while pending or not sched.idle:
+    while pending or not core.idle:
         now = clock()
         while pending and pending[0].arrival_s <= now:
-            sched.submit(pending.pop(0))
-        if sched.idle:
+            core.add_request(pending.pop(0))
+        if core.idle:
             time.sleep(max(0.0, pending[0].arrival_s - clock()))
             continue
         started = time.perf_counter()
-        report = sched.step()
+        report = core.step()
         wall, times = time.perf_counter() - started, report.times
         n_steps, forward_s, overhead_s = n_steps + 1, forward_s + times.forward_s, overhead_s + times.overhead_s
         in_steps_s += wall
@@ -116,12 +117,10 @@ def run_scheduler(
             decode_steps.setdefault(report.decoded, []).append((wall, times.forward_s))
         elif report.admitted:
             admitting.append((report.admitted + report.decoded, wall))
-        if saturated is None and not pending and not sched.waiting:
+        if saturated is None and not pending and not core.waiting:
             saturated = (clock(), sum(len(r.output) for r in reqs))
         if timeline:
-            steps.append(
-                (clock(), num_blocks - len(cache.allocator.free_blocks), len(sched.running), len(sched.waiting))
-            )
+            steps.append((clock(), num_blocks - len(cache.allocator.free_blocks), len(core.running), len(core.waiting)))
     row = _summary(policy, reqs, clock())
     # While requests wait, the engine serves all it can: tokens/s over that window is its capacity, without the
     # drain at the end, where the last long answers run alone under either policy.
@@ -150,15 +149,6 @@ def run_scheduler(
     row["prompt_extra_ms"] = float(sum(w * 1e3 for _, w in admitting) - priced.sum()) if costs else None
     row["between_steps_ms"] = (row["seconds"] - in_steps_s) * 1e3
     return {**row, "timeline": steps} if timeline else row
-
-
-def _warm(sched: Scheduler) -> None:
-    """Two short requests through prefill and decode, so that no run pays a first call's cost (a compilation, a
-    GPU's first kernels) inside its timed part."""
-    for i in (-1, -2):
-        sched.submit(Request(i, [32] * 8, 3))
-    while not sched.idle:
-        sched.step()
 
 
 @torch.inference_mode()
@@ -254,7 +244,7 @@ def step_cost_by_batch(
     rounds: int = 3,
     compile: bool = False,
 ) -> list[dict]:
-    """The time of one decode step of the Scheduler with `b` sequences of `context` tokens running, for each b
+    """The time of one decode step of the EngineCore with `b` sequences of `context` tokens running, for each b
     (the median of `rounds`, the batch sizes taken in turn each round), and its parts in that same round: the
     model's forward and the scheduler's own overhead (plan, prepare: block tables and token tensors, sampling,
     apply), each in ms per step.
@@ -265,15 +255,15 @@ def step_cost_by_batch(
     for _ in range(rounds):
         for b in batches:
             cache = PagedKVCache.for_model(model, b * (context // 16 + 4) + 4, 16)
-            sched = Scheduler(model, cache, max_running=b, compile=compile)
+            core = EngineCore(model, cache, max_running=b, compile=compile)
             for i in range(b):
-                sched.submit(Request(i, [i % 256] * context, steps + 4))
-            sched.step()  # admits and prefills every sequence
-            sched.step()  # warm-up
+                core.add_request(Request(i, [i % 256] * context, steps + 4))
+            core.step()  # admits and prefills every sequence
+            core.step()  # warm-up
             sums = dict.fromkeys(parts, 0.0)
             t0 = time.perf_counter()
             for _ in range(steps):
-                times = sched.step().times
+                times = core.step().times
                 for p in parts:
                     sums[p] += getattr(times, f"{p}_s")
             wall = time.perf_counter() - t0
@@ -366,7 +356,7 @@ def scheduler_view(
     seed: int = 0,
 ) -> dict:
     """What the scheduling widget draws: `seconds` of Poisson arrivals at `rate_rps`, served by the continuous
-    Scheduler with `max_running` seats, run for real here; KV blocks in use and sequences running and waiting
+    EngineCore with `max_running` seats, run for real here; KV blocks in use and sequences running and waiting
     after every step, titled with tokens/s and TTFT p50/p99. Returns viz.line_chart kwargs."""
     for name, value in (("rate_rps", rate_rps), ("max_running", max_running), ("seconds", seconds)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -42,9 +42,10 @@ def server_stream(
 
 
 def _chunks(pieces: list[str], finish_reason: str, usage: tuple[int, int] | None) -> list[dict]:
+    from ailab.generation.sampling_params import SamplingParams
     from ailab.server.openai_protocol import GenerationParams, chunk, usage_chunk
 
-    params = GenerationParams("ailab-gpt-1m", [1], len(pieces), include_usage=usage is not None)
+    params = GenerationParams("ailab-gpt-1m", [1], SamplingParams(), include_usage=usage is not None)
     out = [
         chunk(params, "req-1", 1_790_000_000, p, finish_reason if i == len(pieces) - 1 else None)
         for i, p in enumerate(pieces)

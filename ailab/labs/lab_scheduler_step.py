@@ -13,7 +13,7 @@ The learner writes the planning half of the engine's step, the contract of `aila
       It never calls the model. The engine runs the plan and appends each request's token, retires the finished
       (their blocks freed) and handles cancellation: those are not the learner's part.
 
-The checks run it INSIDE the real engine: `Scheduler(model, cache, max_running, planner=...)` over a PagedKVCache
+The checks run it INSIDE the real engine: `EngineCore(model, cache, max_running, planner=...)` over a PagedKVCache
 whose allocator (WatchedBlocks) refuses with words what a plan should never ask, on the lab's traces. Each plan is
 judged before the engine runs it, from a snapshot of the queues and the blocks taken before the planning step.
 
@@ -60,7 +60,7 @@ import torch
 from ailab.generation.paged import BlockAllocator, OutOfBlocks, PagedKVCache
 from ailab.generation.plan import SchedulerOutput
 from ailab.generation.request import Request
-from ailab.generation.scheduler import Scheduler
+from ailab.generation.engine_core import EngineCore
 from ailab.labs.core import LabCheckFailed, check, expect, tiny_decoder, torch_threads
 from ailab.labs.differential import same_as_reference, short
 
@@ -162,7 +162,7 @@ class _Plan:
 class _Run:
     """What a drive saw: each plan's prefills (request id, tokens), its decode batch, its preempted ids."""
 
-    scheduler: Scheduler | None
+    scheduler: EngineCore | None
     finished: list[Request] = field(default_factory=list)
     prefills: list[tuple[int, int]] = field(default_factory=list)
     decodes: list[list[int]] = field(default_factory=list)
@@ -473,11 +473,11 @@ def _drive(
     m = model()
     cache = PagedKVCache(m.n_layer, m.n_head, m.head_dim, WatchedBlocks(num_blocks, block_size))
     run = _Run(None)
-    sched = Scheduler(m, cache, max_running, planner=_Watched(schedule, run, what, judges))
+    sched = EngineCore(m, cache, max_running, planner=_Watched(schedule, run, what, judges))
     run.scheduler, arrivals = sched, dict(arrivals)
     while not sched.idle or arrivals:
         for r in arrivals.pop(run.steps, []):
-            sched.submit(r)
+            sched.add_request(r)
         try:
             report = sched.step()
         except OutOfBlocks as e:
@@ -634,12 +634,12 @@ def check_preemption(schedule):
     _same_tokens(reqs)
 
 
-def engine(schedule, num_blocks: int, block_size: int, max_running: int | None) -> Scheduler:
+def engine(schedule, num_blocks: int, block_size: int, max_running: int | None) -> EngineCore:
     """The real engine with `schedule` as its planner, over a tiny model (for the lab's last cell: your planner
     under load). Its plans are not judged here; the checks do that."""
     m = model()
     cache = PagedKVCache(m.n_layer, m.n_head, m.head_dim, WatchedBlocks(num_blocks, block_size))
-    return Scheduler(m, cache, max_running, planner=schedule)
+    return EngineCore(m, cache, max_running, planner=schedule)
 
 
 # --------------------------------------------------------------------------- trace checks: the reference's plans
@@ -794,7 +794,7 @@ def _describe_trace(trace) -> str:
 
 def _traces():
     """Hypothesis: arrival traces the engine accepts: every request fits the whole pool (blocks_for(prompt +
-    max_new_tokens) <= num_blocks, as Scheduler.submit demands), prompts of 1 token to the pool's size, blocks of
+    max_new_tokens) <= num_blocks, as Scheduler.add_request demands), prompts of 1 token to the pool's size, blocks of
     1 to 8 tokens, seats None or 1 to 6, arrivals at step 0 and later, ids in order, reversed, shuffled or beyond
     2**31; and bursts: same-sized prompts that fill a tight pool at once, so that several requests are short of a
     block in the same step and several are preempted in it."""

@@ -5,7 +5,8 @@
     httpx.post(handle.url + "/v1/predict", json={"inputs": "a fine film"}); handle.stop()
 
 Modules: app (create_app), edge (what every request passes: key, request id, errors, metrics, log), routes (the
-endpoints), openai_api and openai_protocol (OpenAI's completions API), llm_engine (the generation thread), state
+endpoints), openai_api and openai_protocol (OpenAI's completions API), async_llm (the generation engine's front end:
+core_client, output_processor, detokenizer, llm_metrics), generation_policy (what --generate chooses), state
 (what they share), registry (LRU + hot swap), validation, metrics (Prometheus, logs), predictors (what is served),
 run (threads and the `ailab serve` command), ray_serve (the whole app as a Ray Serve deployment).
 """

@@ -9,7 +9,7 @@ event loop is a millisecond the GIL is not free for tokenizing.
     POST /v1/completions, /v1/chat/completions   OpenAI's API over the generation engine (openai_api.py)
     GET  /healthz     liveness (200 while the process lives); the details only for callers with the key, if set
     GET  /readyz      200 only once the models are loaded and warmed, else 503; also 503 (with the
-                      reason) while a loaded model's batcher or the generation thread is dead; the model's
+                      reason) while a loaded model's batcher or the generation engine's core is dead; the model's
                       name and the reason only for callers with the key, if set
     GET  /metrics     Prometheus text format
     GET  /v1/models   OpenAI's model list, with what is registered and loaded
@@ -36,7 +36,7 @@ import ailab.server.openai_api as openai_routes
 import ailab.server.routes as routes
 from ailab.server.config import ServerConfig
 from ailab.server.edge import OPENAI_ROUTES, ServingEdge, error_response, flat_routes, request_id
-from ailab.server.llm_engine import GenerationMetrics
+from ailab.server.llm_metrics import GenerationMetrics
 from ailab.server.limits import ConcurrencyLimit
 from ailab.server.metrics import ServerMetrics
 from ailab.server.registry import ModelRegistry
@@ -58,7 +58,7 @@ def create_app(
 ) -> FastAPI:
     """The server. `models`: name -> loader() returning a predictor (a batch function with .name,
     .sha256, optional .warmup/.verify/.n_bytes); default: the MiniLM sentiment classifier, or none at all when
-    a `generation` engine (server.llm_engine.GenerationEngine) is given, which the OpenAI routes serve.
+    a `generation` engine (server.async_llm.AsyncLLM) is given, which the OpenAI routes serve.
     Keyword overrides set ServerConfig fields: create_app(models, max_batch_size=1)."""
     config = (config or ServerConfig()).replace(**overrides)
     if models is None:

@@ -23,10 +23,10 @@ from fastapi.responses import Response, StreamingResponse
 import ailab.server.headers as hdr
 from ailab.server.edge import note, request_id
 from ailab.server.limits import read_body
-from ailab.server.llm_engine import GenerationEngine, GenerationStream, Update
+from ailab.generation.request import FinishReason
+from ailab.server.async_llm import AsyncLLM
 from ailab.server.openai_protocol import (
     GenerationParams,
-    TextAssembler,
     answer,
     chunk,
     now_s,
@@ -34,6 +34,7 @@ from ailab.server.openai_protocol import (
     parse_completion,
     usage_chunk,
 )
+from ailab.server.output_processor import RequestOutput, RequestState
 from ailab.server.validation import InvalidRequest, parse_json
 
 router = APIRouter()
@@ -43,14 +44,14 @@ class GenerationFailed(RuntimeError):
     """The engine could not finish the request (a failed step): a server error, answered 500."""
 
 
-def _engine(request: Request) -> GenerationEngine:
+def _engine(request: Request) -> AsyncLLM:
     engine = request.app.state.ailab.generation
     if engine is None:
         raise InvalidRequest(404, "this server has no generation model; start it with one (ailab serve --generate 1m)")
     return engine
 
 
-async def _params(request: Request, engine: GenerationEngine, parse) -> GenerationParams:
+async def _params(request: Request, engine: AsyncLLM, parse) -> GenerationParams:
     config = request.app.state.ailab.config
     hdr.check_content_type(request)
     body = parse_json(await read_body(request, config.max_body_bytes, config.body_timeout_s))
@@ -74,26 +75,18 @@ async def _serve(request: Request, parse) -> Response:
         request,
         model=params.model,
         prompt_tokens=len(params.prompt_ids),
-        max_tokens=params.max_tokens,
+        max_tokens=params.sampling_params.max_tokens,
         stream=params.stream,
     )
-    stream = engine.submit(
-        params.prompt_ids,
-        params.max_tokens,
-        params.temperature,
-        params.top_p,
-        params.seed,
-        params.stops,
-        incremental=params.stream,
-    )
+    state = engine.add_request(params.prompt_ids, params.sampling_params, stream=params.stream)
     rid, created = request_id(request), now_s()
     if params.stream:
         return StreamingResponse(
-            _events(request, engine, stream, params, rid, created),
+            _events(request, engine, state, params, rid, created),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
-    return await _whole(request, engine, stream, params, rid, created)
+    return await _whole(request, engine, state, params, rid, created)
 
 
 def _sse(payload: dict) -> str:
@@ -102,9 +95,9 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
-def _finish_reason(update: Update) -> str:
+def _finish_reason(reason: FinishReason) -> str:
     """OpenAI's two: "stop" (a stop string) and "length" (max_tokens). This model has no end-of-text token."""
-    return "stop" if update.finish_reason == "stop" else "length"
+    return "stop" if reason == FinishReason.STOP else "length"
 
 
 async def _client_left(request: Request) -> None:
@@ -115,58 +108,55 @@ async def _client_left(request: Request) -> None:
 
 async def _whole(
     request: Request,
-    engine: GenerationEngine,
-    stream: GenerationStream,
+    engine: AsyncLLM,
+    state: RequestState,
     params: GenerationParams,
     rid: str,
     created: int,
 ) -> Response:
     left = asyncio.ensure_future(_client_left(request))
-    got = asyncio.ensure_future(stream.updates.get())
+    got = asyncio.ensure_future(state.outputs.get())
     try:
         await asyncio.wait({left, got}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         left.cancel()
     if not got.done():  # the client went away first: stop generating for nobody
         got.cancel()
-        engine.cancel(stream)
-        note(request, finish_reason="cancelled")
+        engine.abort(state)
+        note(request, finish_reason=FinishReason.CANCELLED)
         return Response(status_code=499)  # nobody reads it; the log line says what happened
-    update: Update = got.result()
-    if update.finish_reason == "error":
-        raise GenerationFailed(update.error)
-    text = TextAssembler(params.stops).feed(update.tokens, update.finish_reason)
-    reason = _finish_reason(update)
-    note(request, completion_tokens=len(update.tokens), finish_reason=reason)
-    body = answer(params, rid, created, text, reason, len(params.prompt_ids), len(update.tokens))
+    out: RequestOutput = got.result()  # one output, at the end, with all of the text
+    if out.finish_reason == FinishReason.ERROR:
+        raise GenerationFailed(out.error)
+    reason = _finish_reason(out.finish_reason)
+    note(request, completion_tokens=out.completion_tokens, finish_reason=reason)
+    body = answer(params, rid, created, out.text, reason, len(params.prompt_ids), out.completion_tokens)
     return Response(json.dumps(body, ensure_ascii=False).encode(), media_type="application/json")
 
 
 async def _events(
     request: Request,
-    engine: GenerationEngine,
-    stream: GenerationStream,
+    engine: AsyncLLM,
+    state: RequestState,
     params: GenerationParams,
     rid: str,
     created: int,
 ):
-    text, n_completion, finished = TextAssembler(params.stops), 0, False
+    n_completion, finished = 0, False
     try:
         if params.chat:
             yield _sse(chunk(params, rid, created, None, first=True))  # the role comes first, as OpenAI sends it
         while True:
-            updates = [await stream.updates.get()]
-            while not stream.updates.empty():  # whatever else has come: one chunk for all of it
-                updates.append(stream.updates.get_nowait())
-            tokens = [t for u in updates for t in u.tokens]
-            end = next((u for u in updates if u.finish_reason), None)
-            n_completion += len(tokens)
-            if end is not None and end.finish_reason == "error":
+            outs = [await state.outputs.get()]
+            while not state.outputs.empty():  # whatever else has come: one chunk for all of it
+                outs.append(state.outputs.get_nowait())
+            piece, n_completion = "".join(o.text for o in outs), outs[-1].completion_tokens
+            end = outs[-1].finish_reason  # only a request's last output has one
+            if end == FinishReason.ERROR:
                 finished = True
-                note(request, finish_reason="error", error=end.error)
-                yield _sse({"error": {"message": end.error, "type": "server_error", "param": None, "code": 500}})
+                note(request, finish_reason=FinishReason.ERROR, error=outs[-1].error)
+                yield _sse({"error": {"message": outs[-1].error, "type": "server_error", "param": None, "code": 500}})
                 return
-            piece = text.feed(tokens, end.finish_reason if end else None)
             if end is None:
                 if piece:
                     yield _sse(chunk(params, rid, created, piece))
@@ -181,5 +171,5 @@ async def _events(
             return
     finally:
         if not finished:  # the client went away: stop generating and free the blocks
-            engine.cancel(stream)
-            note(request, finish_reason="cancelled", completion_tokens=n_completion)
+            engine.abort(state)
+            note(request, finish_reason=FinishReason.CANCELLED, completion_tokens=n_completion)

@@ -1,5 +1,6 @@
-"""The OpenAI completions API as this server speaks it: request bodies checked into `GenerationParams`, and the
-answers and stream chunks that OpenAI's clients parse (issue 28). No HTTP here: the routes are in openai_api.py.
+"""The OpenAI completions API as this server speaks it: request bodies checked into `GenerationParams` (with the
+`SamplingParams` the engine reads), and the answers and stream chunks that OpenAI's clients parse (issue 28). No
+HTTP here: the routes are in openai_api.py.
 
     POST /v1/completions       {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "n": 1,
                                 "stream", "stream_options": {"include_usage"}}
@@ -13,11 +14,11 @@ value (n=1, logprobs null, penalties 0, vLLM's repetition_penalty 1 and ignore_e
 
 from __future__ import annotations
 
-import codecs
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ailab.generation.chat import CHAT_STOP, chat_prompt
+from ailab.generation.sampling_params import SamplingParams
 from ailab.server.validation import InvalidRequest
 
 MAX_STOPS, MAX_STOP_BYTES = 4, 32
@@ -56,13 +57,12 @@ _UNSUPPORTED = {
 
 @dataclass
 class GenerationParams:
+    """A checked request: the prompt's token ids and its SamplingParams, which go to the engine as they are, and
+    what only the route needs (the model's name, whether to stream, chat or completion)."""
+
     model: str
     prompt_ids: list[int]
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stops: list[bytes] = field(default_factory=list)
+    sampling_params: SamplingParams
     stream: bool = False
     include_usage: bool = False
     chat: bool = False
@@ -229,18 +229,14 @@ def _parse(
     stops = _stops(body.get("stop"))
     if chat:
         stops.append(CHAT_STOP.encode())
-    return GenerationParams(
-        model,
-        prompt,
-        n,
-        _number(body, "temperature", 1.0, 0.0, 2.0),
-        _number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
-        seed,
-        stops,
-        stream,
-        bool((options or {}).get("include_usage")),
-        chat,
+    sampling = SamplingParams(
+        max_tokens=n,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),  # OpenAI's default, where SamplingParams' is 0
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        seed=seed,
+        stop=tuple(stops),
     )
+    return GenerationParams(model, prompt, sampling, stream, bool((options or {}).get("include_usage")), chat)
 
 
 def parse_completion(
@@ -253,37 +249,6 @@ def parse_chat(
     body, served_model: str, max_model_len: int, max_request_tokens: int, vocab_size: int = 256
 ) -> GenerationParams:
     return _parse(body, _CHAT, served_model, max_model_len, max_request_tokens, vocab_size, chat=True)
-
-
-class TextAssembler:
-    """Token bytes in, text out, as a stream must send it: a UTF-8 character split across two tokens leaves whole,
-    and bytes that may be the start of a stop string wait until the next token says whether they are (the client
-    must never see a stop string, not even its first half)."""
-
-    def __init__(self, stops: list[bytes]):
-        self.stops = stops
-        self.out = bytearray()
-        self.released = 0  # bytes of `out` handed to the decoder
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, tokens: list[int], finish_reason: str | None = None) -> str:
-        """The text that can be sent now; once the request has ended (`finish_reason`), all the rest of it but
-        the stop string that ended it."""
-        self.out.extend(tokens)
-        if finish_reason is None:
-            hold = max((k for s in self.stops for k in range(1, len(s) + 1) if self.out.endswith(s[:k])), default=0)
-            return self._release(len(self.out) - hold)
-        end = len(self.out)
-        if finish_reason == "stop":
-            end -= next((len(s) for s in self.stops if self.out.endswith(s)), 0)
-        return self._release(max(end, self.released)) + self._decoder.decode(b"", final=True)
-
-    def _release(self, upto: int) -> str:
-        if upto <= self.released:
-            return ""
-        piece = bytes(self.out[self.released : upto])
-        self.released = upto
-        return self._decoder.decode(piece)
 
 
 # --------------------------------------------------------------------------- what the clients read

@@ -279,7 +279,7 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 
 def generation_engine(args, threads: int | None = None):
-    """The GenerationEngine that --generate asks for, or None. A bad flag raises ValueError; a weights file that
+    """The AsyncLLM that --generate asks for, or None. A bad flag raises ValueError; a weights file that
     is missing or differs from its trusted hash, WeightsIntegrityError."""
     if args.generate is None:
         if (
@@ -295,13 +295,14 @@ def generation_engine(args, threads: int | None = None):
                 "--generation-in-thread need --generate SIZE (the model's size)"
             )
         return None
-    seats = 8 if args.generate_seats is None else args.generate_seats
-    if not 1 <= seats <= 256:
-        raise ValueError(f"--generate-seats must be between 1 and 256 sequences, got {seats}")
     from functools import partial
 
-    from ailab.generation.engine_core import default_core_threads, generation_model
-    from ailab.server.llm_engine import GenerationEngine
+    from ailab.server.async_llm import AsyncLLM
+    from ailab.server.generation_policy import DEFAULT_SEATS, default_core_threads, generation_model
+
+    seats = DEFAULT_SEATS if args.generate_seats is None else args.generate_seats
+    if not 1 <= seats <= 256:
+        raise ValueError(f"--generate-seats must be between 1 and 256 sequences, got {seats}")
 
     if args.generate_weights and not args.generate_sha256:
         raise ValueError(
@@ -315,8 +316,8 @@ def generation_engine(args, threads: int | None = None):
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
     threads = threads or default_core_threads()
     if args.generation_in_thread:
-        return GenerationEngine(factory(), max_running=seats, name=name, threads=threads)
-    return GenerationEngine(factory, max_running=seats, name=name, threads=threads, process=True)
+        return AsyncLLM(factory(), max_running=seats, name=name, threads=threads)
+    return AsyncLLM(factory, max_running=seats, name=name, threads=threads, process=True)
 
 
 def _serve_with_ray(args, models, default, config) -> int:

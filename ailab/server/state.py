@@ -21,7 +21,7 @@ class ServerState:
     started: float = field(default_factory=time.time)
     in_flight: int = 0
     loop: asyncio.AbstractEventLoop | None = None
-    generation: object | None = None  # a server.llm_engine.GenerationEngine behind the OpenAI routes
+    generation: object | None = None  # a server.async_llm.AsyncLLM behind the OpenAI routes
     _rss: tuple = (0.0, 0)
 
     async def load_default(self) -> None:

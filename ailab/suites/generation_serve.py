@@ -4,7 +4,7 @@
                 (vllm bench serve's --request-rate inf --max-concurrency N): output tokens/s, TTFT / TPOT / ITL /
                 end-to-end mean, median and p99, goodput under --slo-ttft-ms / --slo-tpot-ms
   at rates      the same at Poisson request rates (--rates 10,20)
-  in process    the same trace on the same Scheduler settings in this process, flat out: what HTTP keeps of it
+  in process    the same trace on an EngineCore with the same settings in this process, flat out: what HTTP keeps of it
   where it goes the server engine's own counters over the flat-out run: steps, the share of the time inside them,
                 sequences per step
   vllm          --vllm-python PATH: `vllm bench serve` (vLLM's own client, from its virtual environment) on the
@@ -79,19 +79,16 @@ def make_trace(n: int, prompt_bytes: int = 60, output_tokens: int = 32, seed: in
 def in_process(
     model, trace: list[tuple[str, int]], num_blocks: int = 256, block_size: int = 16, max_running: int = 8
 ) -> dict:
-    """The trace on a Scheduler with the server's settings in this process, every request at once."""
-    from ailab.generation import PagedKVCache, Request, Scheduler
+    """The trace on an EngineCore with the server's settings in this process, every request at once."""
+    from ailab.generation import EngineCore, Request
 
     def run(reqs):
-        sched = Scheduler(model, PagedKVCache.for_model(model, num_blocks, block_size), max_running)
+        core = EngineCore.for_model(model, num_blocks, block_size, max_running)
         for r in reqs:
-            sched.submit(r)
-        steps = decoded = 0
+            core.add_request(r)
         t0 = time.perf_counter()
-        while not sched.idle:
-            rep = sched.step()
-            steps, decoded = steps + 1, decoded + rep.decoded
-        return time.perf_counter() - t0, steps, decoded
+        reports = core.run_until_idle()
+        return time.perf_counter() - t0, len(reports), sum(rep.decoded for rep in reports)
 
     run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace[:8])])  # warm-up
     seconds, steps, decoded = run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace)])
@@ -282,8 +279,8 @@ def soak(
         "failed": sk.load.n - sk.load.n_ok,
         "minutes": round(sk.minutes, 2),
         "rps": round(sk.load.rps, 1),
-        "rss_start_mb": round(sk.samples[0]["rss_mb"], 1),
-        "rss_end_mb": round(sk.samples[-1]["rss_mb"], 1),
+        "rss_start_mb": round(sk.samples[0]["rss_mib"], 1),
+        "rss_end_mb": round(sk.samples[-1]["rss_mib"], 1),
         "rss_slope_mb_per_min": round(sk.rss_slope_mb_per_min, 4),
         "rss_slope_mb_per_1000_requests": round(per_1000, 4),
     }
@@ -293,7 +290,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     import httpx
 
     from ailab.bench.llm import serve_bench
-    from ailab.generation.engine_core import default_core_threads
+    from ailab.server.generation_policy import default_core_threads
     from ailab.device import describe_hardware, pick_device
     from ailab.scratch import scratch_dir
     from ailab.services import start_ailab_server
