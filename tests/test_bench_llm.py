@@ -15,7 +15,8 @@ from ailab.models import tiny_gpt
 from ailab.server import create_app, start_in_thread
 from ailab.server.async_llm import AsyncLLM
 from ailab.server.output_processor import RequestState
-from ailab.suites.generation_serve import byte_tokenizer, make_trace
+from ailab.suites.generation_serve import byte_tokenizer
+from ailab.traces import make_trace
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +62,6 @@ def test_a_rate_spreads_the_requests_out(served):
     assert all(r.ok for r in result.records) and sent[-1] - sent[0] > 0.05, "Poisson arrivals, not one burst"
 
 
-def test_the_trace_is_fixed_length_ascii_and_the_same_every_time():
-    trace = make_trace(50, prompt_bytes=60, output_tokens=32)
-    assert trace == make_trace(50, prompt_bytes=60, output_tokens=32)
-    assert all(len(p.encode()) == 60 and p.isascii() and n == 32 for p, n in trace)
-    assert len({p for p, _ in trace}) == 50
-
-
 def test_the_byte_tokenizer_gives_the_bytes_as_ids(tmp_path):
     from transformers import AutoTokenizer
 
@@ -102,7 +96,8 @@ def test_a_generation_soak_is_flat():
 
     with start_ailab_server(["--generate", "1m"]) as server:
         payloads = [
-            {"model": "ailab-gpt-1m", "prompt": p, "max_tokens": n, "temperature": 0} for p, n in make_trace(64, 24, 2)
+            {"model": "ailab-gpt-1m", "prompt": t.text, "max_tokens": t.max_tokens, "temperature": 0}
+            for t in make_trace(64, 24, 2)
         ]
         sk = bench.soak(
             server.url + "/v1/completions",

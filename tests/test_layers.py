@@ -21,7 +21,8 @@ RANK = {
     "memory": 1,  # measurements built on them
     "data": 2,
     "models": 2,
-    "minilm_travel": 2,  # the offline zoo and its data
+    "minilm_travel": 2,
+    "traces": 2,  # the offline zoo and its data, and the request traces made from it
     "engine": 3,
     "quantize": 3,
     "drift": 3,

