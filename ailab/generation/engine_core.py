@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from ailab.generation.core_io import EngineCoreOutput
 from ailab.generation.executor import ModelExecutor
@@ -124,12 +124,20 @@ class EngineCore:
             done, times, outputs,
         )  # fmt: skip
 
+    def run(self, arrivals: dict[int, list[Request]] | None = None) -> Iterator[StepReport]:
+        """Step until nothing waits, runs or is still to arrive, yielding each step's report: the one loop every
+        flat-out driver runs (a warm-up, a bench, the scheduler-step lab's checks). `arrivals`: requests to add
+        before step k (counted from 0), by k."""
+        arrivals, k = dict(arrivals or {}), 0
+        while not self.idle or arrivals:
+            for req in arrivals.pop(k, []):
+                self.add_request(req)
+            k += 1
+            yield self.step()
+
     def run_until_idle(self) -> list[StepReport]:
-        """Step until nothing waits or runs: what a warm-up, a flat-out bench or a test needs."""
-        reports = []
-        while not self.idle:
-            reports.append(self.step())
-        return reports
+        """Every step's report until nothing waits or runs."""
+        return list(self.run())
 
     def warm_up(self, requests: int = 1) -> None:
         """Short requests through prefill and decode before the first real one: a GPU's first kernels load and

@@ -474,18 +474,18 @@ def _drive(
     cache = PagedKVCache(m.n_layer, m.n_head, m.head_dim, WatchedBlocks(num_blocks, block_size))
     run = _Run(None)
     sched = EngineCore(m, cache, max_running, planner=_Watched(schedule, run, what, judges))
-    run.scheduler, arrivals = sched, dict(arrivals)
-    while not sched.idle or arrivals:
-        for r in arrivals.pop(run.steps, []):
-            sched.add_request(r)
+    run.scheduler, steps = sched, sched.run(arrivals)
+    while True:
         try:
-            report = sched.step()
+            report = next(steps, None)
         except OutOfBlocks as e:
             raise LabCheckFailed(
                 f"{what}, step {run.steps + 1}: blocks.append raised OutOfBlocks ({e}) and your plan let it escape: "
                 "when no block is free, preempt the newest running request (free its blocks, send it back to the "
                 "front of the queue) and try again"
             ) from None
+        if report is None:
+            break
         run.steps += 1
         run.finished += report.done
         held, running = set(cache.allocator.tables), set(_ids(sched.running))
