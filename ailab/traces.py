@@ -3,12 +3,16 @@ OpenAI server over HTTP, vLLM's own client), so that two runs of the same trace 
 
     trace = make_trace(800, prompt_bytes=60, output_tokens=32)                  # flat out: every arrival at 0
     trace = make_trace(24, prompt_bytes=(8, 96), output_tokens=(4, 96), rate_rps=4.0, source="corpus")
+    trace = make_trace(200, prompt_bytes=60, prefix_bytes=512)                 # a chat: one system prompt for all
 
 A TraceRequest is a prompt (bytes: the course's models are byte-level, one byte one token), how many tokens to
 generate, and when it arrives (seconds after the run starts). A fixed number means every request gets it; a
 range (lo, hi) is drawn per request: prompt lengths uniform, output lengths log-uniform (many short answers, a
 few long ones, as real traffic has). Arrivals at `rate_rps` are a Poisson process (independent users); at inf
 they all arrive at once.
+
+`prefix_bytes` puts the same text before every prompt (a chat service's system prompt: what prefix caching
+turns into a lookup); `prompt_bytes` is then the part after it that differs.
 
 Sources, both shipped with the course: "bench" (the review snippets every load test sends, ASCII, joined to the
 exact length: the same text is the same work for any byte-level server) and "corpus" (cuts from the language
@@ -69,6 +73,7 @@ def make_trace(
     source: str = "bench",
     seed: int = 0,
     text: bytes | Sequence[int] | None = None,
+    prefix_bytes: int = 0,
 ) -> list[TraceRequest]:
     """`n` requests from `source` ("bench" or "corpus"; `text`: cut from these bytes instead), arriving at
     `rate_rps` (inf: all at once). Draws come from one generator seeded with `seed`, in a fixed order (arrivals,
@@ -77,6 +82,8 @@ def make_trace(
         raise ValueError(f"n must be a whole number of requests >= 1, got {n!r}")
     if not rate_rps > 0:
         raise ValueError(f"rate_rps must be > 0 requests/s, or inf; got {rate_rps!r}")
+    if not isinstance(prefix_bytes, int) or prefix_bytes < 0:
+        raise ValueError(f"prefix_bytes must be a whole number >= 0, got {prefix_bytes!r}")
     if source not in ("bench", "corpus"):
         raise ValueError(f"source={source!r}; choose 'bench' (the load tests' snippets) or 'corpus' (held-out text)")
     (p_lo, p_hi), (o_lo, o_hi) = _range("prompt_bytes", prompt_bytes), _range("output_tokens", output_tokens)
@@ -84,6 +91,8 @@ def make_trace(
     arrivals = poisson_arrivals(n, rate_rps, rng)
     snippets = _bench_snippets(n, seed) if source == "bench" and text is None else None
     blob = None if snippets else (corpus_bytes("test") if text is None else bytes(_as_ints(text)))
+    # the shared prefix comes from its own snippets, so a trace with one differs from one without only by it
+    prefix = _joined(_bench_snippets(64, seed + 1), 0, prefix_bytes - 1) + b"\n" if prefix_bytes else b""
     out = []
     for i in range(n):
         length = p_lo if p_lo == p_hi else int(rng.integers(p_lo, p_hi + 1))
@@ -93,7 +102,7 @@ def make_trace(
             start = int(rng.integers(0, len(blob) - length))
             prompt = blob[start : start + length]
         new = o_lo if o_lo == o_hi else int(round(np.exp(rng.uniform(np.log(o_lo), np.log(o_hi)))))
-        out.append(TraceRequest(prompt, new, float(arrivals[i])))
+        out.append(TraceRequest(prefix + prompt, new, float(arrivals[i])))
     return out
 
 

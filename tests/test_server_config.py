@@ -100,6 +100,6 @@ def test_the_generation_engine_takes_its_seats_from_the_flag():
         build_parser().parse_args(["--generate", "1m", "--generation-in-thread", "--generate-seats", "3"])
     )
     try:
-        assert engine.ready.wait(60) and engine.scheduler.max_running == 3
+        assert engine.ready.wait(60) and engine.core.scheduler.max_running == 3
     finally:
         engine.close()

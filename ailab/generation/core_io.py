@@ -50,6 +50,8 @@ class SchedulerStats:
     running: int = 0
     waiting: int = 0
     blocks_free: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache, since the core started
+    prefix_cache_hits: int = 0  # of those, tokens whose K/V were found there
 
 
 @dataclass

@@ -57,8 +57,9 @@ def step(core: EngineCore, out: EngineCoreOutputs) -> None:
 
 
 def with_stats(core: EngineCore, out: EngineCoreOutputs) -> EngineCoreOutputs:
-    s = out.stats
-    s.running, s.waiting, s.blocks_free = len(core.running), len(core.waiting), len(core.alloc.free_blocks)
+    s, a = out.stats, core.alloc
+    s.running, s.waiting, s.blocks_free = len(core.running), len(core.waiting), len(a.free_blocks)
+    s.prefix_cache_queries, s.prefix_cache_hits = getattr(a, "queries", 0), getattr(a, "hits", 0)
     return out
 
 
@@ -111,9 +112,11 @@ def core_process_main(commands, outputs, factory, core_kw: dict, threads: int | 
     run_busy_loop(core, take, outputs.send, lambda: stop[0])
 
 
-def make_core(model, num_blocks: int, block_size: int, max_running: int, warmup: bool = True) -> EngineCore:
+def make_core(
+    model, num_blocks: int, block_size: int, max_running: int, warmup: bool = True, prefix_caching: bool = False
+) -> EngineCore:
     """The core a server runs: its own block pool, warmed up unless told not to."""
-    core = EngineCore.for_model(model, num_blocks, block_size, max_running)
+    core = EngineCore.for_model(model, num_blocks, block_size, max_running, prefix_caching)
     if warmup:
         core.warm_up()
     return core

@@ -82,9 +82,11 @@ class EngineCore:
         self.executor = ModelExecutor(model, cache, compile)  # compile: the decode step under torch.compile
 
     @classmethod
-    def for_model(cls, model, num_blocks: int = 256, block_size: int = 16, max_running: int = 8) -> "EngineCore":
-        """A core with its own block pool, as a server makes one."""
-        return cls(model, PagedKVCache.for_model(model, num_blocks, block_size), max_running)
+    def for_model(
+        cls, model, num_blocks: int = 256, block_size: int = 16, max_running: int = 8, prefix_caching: bool = False
+    ) -> "EngineCore":
+        """A core with its own block pool, as a server makes one (`prefix_caching`: prefix_cache.py)."""
+        return cls(model, PagedKVCache.for_model(model, num_blocks, block_size, prefix_caching=prefix_caching), max_running)
 
     # the scheduler's queues, read by notebooks, benches and the lab
     @property

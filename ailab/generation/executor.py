@@ -60,7 +60,10 @@ class ModelExecutor:
             return ModelOutput({})
         t0 = self._now()
         if plan.prefill:  # prompts (whole: after a preemption, what was generated too), then one token per decode
-            ids = [t for req, _ in plan.prefill for t in req.prompt + req.output] + [r.output[-1] for r in plan.decode]
+            # each admitted request's last n tokens (all of them, but what a prefix cache holds already)
+            ids = [t for req, n in plan.prefill for t in (req.prompt + req.output)[-n:]] + [
+                r.output[-1] for r in plan.decode
+            ]
             ids = torch.tensor([ids], device=self.device)  # (1, N)
             view = self.cache.packed_view([r.id for r in rows], [n for _, n in plan.prefill] + [1] * len(plan.decode))
             forward, inputs = self.step, (view, ids)

@@ -51,10 +51,11 @@ class BlockAllocator:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def can_allocate(self, tokens: int) -> bool:
+    def can_allocate(self, tokens: int, token_ids: Sequence[int] | None = None) -> bool:
+        """`token_ids`: the tokens themselves, for an allocator that caches prefixes (prefix_cache.py); unused here."""
         return self.blocks_for(tokens) <= len(self.free_blocks)
 
-    def allocate(self, seq: Hashable, tokens: int) -> list[int]:
+    def allocate(self, seq: Hashable, tokens: int, token_ids: Sequence[int] | None = None) -> list[int]:
         """Blocks for a new sequence's first `tokens` tokens (its prompt)."""
         if seq in self.tables:
             raise ValueError(f"sequence {seq!r} already has blocks; free it first")
@@ -76,6 +77,13 @@ class BlockAllocator:
             table.append(self.free_blocks.popleft())
         self.lengths[seq] = pos + 1
         return self.slot(seq, pos)
+
+    def computed_tokens(self, seq: Hashable) -> int:
+        """Tokens of `seq` whose K/V were already in the cache when it was admitted: none here."""
+        return 0
+
+    def cache_full_blocks(self, seq: Hashable, prompt: Sequence[int], output: Sequence[int]) -> None:
+        """Nothing to remember here; a prefix-caching allocator names the full blocks."""
 
     def slot(self, seq: Hashable, pos: int) -> int:
         return self.tables[seq][pos // self.block_size] * self.block_size + pos % self.block_size
@@ -122,10 +130,15 @@ class PagedKVCache:
         block_size: int = 16,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
+        prefix_caching: bool = False,
     ) -> "PagedKVCache":
-        """A pool of `num_blocks` blocks shaped for `model`; its dtype and device are the model's unless given."""
+        """A pool of `num_blocks` blocks shaped for `model`; its dtype and device are the model's unless given.
+        `prefix_caching`: full blocks are kept and shared by prompts that begin alike (prefix_cache.py)."""
+        from ailab.generation.prefix_cache import PrefixCachingAllocator
+
         dtype, device = model_placement(model, dtype, device)
-        return cls(model.n_layer, model.n_head, model.head_dim, BlockAllocator(num_blocks, block_size), dtype, device)
+        alloc = (PrefixCachingAllocator if prefix_caching else BlockAllocator)(num_blocks, block_size)
+        return cls(model.n_layer, model.n_head, model.head_dim, alloc, dtype, device)
 
     @property
     def nbytes(self) -> int:

@@ -26,7 +26,7 @@ from ailab.generation.request import Request
 class SchedulerOutput:
     """One step's plan. Every request in `prefill` and `decode` gets exactly one new token from the executor."""
 
-    prefill: list[tuple[Request, int]] = field(default_factory=list)  # admitted: (request, tokens to prefill)
+    prefill: list[tuple[Request, int]] = field(default_factory=list)  # admitted: (request, tokens to compute)
     decode: list[Request] = field(default_factory=list)  # running: one token each, in one batched forward
     preempted: list[Request] = field(default_factory=list)  # sent back to the queue, their blocks freed
     finished_ids: list[int] = field(default_factory=list)  # left since the last plan: the executor forgets them
@@ -63,11 +63,11 @@ def schedule(
         return plan
     while waiting and (max_running is None or len(running) < max_running):  # 2. admit, oldest first
         req = waiting[0]
-        tokens = len(req.prompt) + len(req.output)  # after a preemption, what it had generated is recomputed
-        if not blocks.can_allocate(tokens):
+        ids = req.prompt + req.output  # after a preemption, what it had generated is recomputed
+        if not blocks.can_allocate(len(ids), ids):
             break
         waiting.popleft()
-        blocks.allocate(req.id, tokens)
+        blocks.allocate(req.id, len(ids), ids)
         running.append(req)
-        plan.prefill.append((req, tokens))
+        plan.prefill.append((req, len(ids) - blocks.computed_tokens(req.id)))  # prefix-cached K/V is not recomputed
     return plan

@@ -79,6 +79,7 @@ class Scheduler:
         done = []
         for req in plan.scheduled:
             req.status = RequestStatus.RUNNING
+            self.alloc.cache_full_blocks(req.id, req.prompt, req.output)  # before the new token: it has no K/V yet
             req.output.append(tokens[req.id])
             if req.first_token_s is None:
                 req.first_token_s = now

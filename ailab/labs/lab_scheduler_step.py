@@ -78,7 +78,7 @@ class BudgetViolation(LabCheckFailed):
 class WatchedBlocks(BlockAllocator):
     """The real allocator, refusing with words what a plan should never ask."""
 
-    def allocate(self, seq, tokens):
+    def allocate(self, seq, tokens, token_ids=None):
         if seq in self.tables:
             raise BudgetViolation(
                 f"request {seq} was given blocks (blocks.allocate) while it still held its own: a running request "
@@ -91,7 +91,7 @@ class WatchedBlocks(BlockAllocator):
                 f"while {len(self.free_blocks)} blocks were free: check blocks.can_allocate() first, "
                 "and stop admitting at the first request that does not fit"
             )
-        return super().allocate(seq, tokens)
+        return super().allocate(seq, tokens, token_ids)
 
     def append(self, seq):
         if seq not in self.tables:

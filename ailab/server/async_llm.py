@@ -40,11 +40,14 @@ class AsyncLLM:
         threads: int | None = None,
         process: bool = False,
         start_timeout_s: float = 300.0,
+        enable_prefix_caching: bool = False,
     ):
         """`model`: a Decoder (the core runs in a thread of this process), or with `process` a picklable callable
         that builds one (the core runs in a process of its own, which builds it). `threads`: torch's intra-op
-        threads for the core alone (None: torch's default)."""
+        threads for the core alone (None: torch's default). `enable_prefix_caching`: prompts that begin alike share
+        their first full KV blocks (ailab/generation/prefix_cache.py), as vLLM's flag of that name."""
         self.name, self.threads, self.process = name, threads, process
+        self.enable_prefix_caching = enable_prefix_caching
         self.max_waiting, self.blocks_total = max_waiting, num_blocks
         self.max_request_tokens = num_blocks * block_size  # a request longer than the whole pool can never run
         # read from any thread (gauges, tests); written after each step
@@ -52,7 +55,13 @@ class AsyncLLM:
         self.dead_reason: str | None = None
         self.output_processor = OutputProcessor()
         self._ids = itertools.count()
-        core_kw = {"num_blocks": num_blocks, "block_size": block_size, "max_running": max_running, "warmup": warmup}
+        core_kw = {
+            "num_blocks": num_blocks,
+            "block_size": block_size,
+            "max_running": max_running,
+            "warmup": warmup,
+            "prefix_caching": enable_prefix_caching,
+        }
         self.client = make_client(model, core_kw, threads, process, self._on_outputs, self._died)
         if process and (not self.client.ready.wait(start_timeout_s) or self.dead_reason):
             self.close()

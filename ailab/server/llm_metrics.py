@@ -44,6 +44,13 @@ class GenerationMetrics:
             "ailab_generation_step_seconds", "Seconds the engine core spent inside steps", registry=r
         )
         self.decoded = Counter("ailab_generation_decoded_sequences", "Sequences decoded, summed over steps", registry=r)
+        # vLLM's two, in tokens: the hit rate is hits / queries (0 / 0 while prefix caching is off)
+        self.prefix_cache_queries = Counter(
+            "ailab_prefix_cache_queries", "Prompt tokens looked up in the prefix cache", registry=r
+        )
+        self.prefix_cache_hits = Counter(
+            "ailab_prefix_cache_hits", "Prompt tokens whose KV was found in the prefix cache", registry=r
+        )
         Gauge("ailab_generation_running", "Sequences running", registry=r).set_function(lambda: engine.running)
         Gauge("ailab_generation_waiting", "Sequences waiting for blocks or a seat", registry=r).set_function(
             lambda: engine.waiting

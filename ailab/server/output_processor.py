@@ -54,6 +54,7 @@ class OutputProcessor:
     def __init__(self):
         self.request_states: dict[int, RequestState] = {}
         self.metrics = None  # llm_metrics.GenerationMetrics, once the app has a registry
+        self._prefix_seen = (0, 0)  # the core's cumulative prefix-cache queries and hits, as last counted
 
     def add_request(self, state: RequestState) -> None:
         self.request_states[state.request_id] = state
@@ -66,6 +67,11 @@ class OutputProcessor:
             m.steps.inc()
             m.step_seconds.inc(outs.stats.step_s)
             m.decoded.inc(outs.stats.decoded)
+        if m is not None:
+            q, h = outs.stats.prefix_cache_queries, outs.stats.prefix_cache_hits
+            m.prefix_cache_queries.inc(max(0, q - self._prefix_seen[0]))
+            m.prefix_cache_hits.inc(max(0, h - self._prefix_seen[1]))
+            self._prefix_seen = (q, h)
         by_loop: dict = defaultdict(list)
         for out in outs.outputs:
             state = self.request_states.get(out.request_id)

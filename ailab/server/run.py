@@ -208,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --generate: sequences decoded together at most (the scheduler's max_running; default 8). Beyond "
         "them a request waits for a seat, and its time to first token with it",
     )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action="store_true",
+        help="with --generate: keep full KV blocks and share them between prompts that begin alike (a chat's "
+        "system prompt is prefilled once, then looked up), as vLLM's flag of that name; /metrics counts "
+        "ailab_prefix_cache_queries and _hits in tokens",
+    )
     add_config_flags(p)
     p.add_argument(
         "--timeout-s", dest="request_timeout_s", type=float, default=None, help="the same as --request-timeout-s"
@@ -289,10 +296,11 @@ def generation_engine(args, threads: int | None = None):
             or args.served_model_name
             or args.generation_in_thread
             or args.generate_seats is not None
+            or args.enable_prefix_caching
         ):
             raise ValueError(
-                "--generate-weights, --generate-sha256, --classifier, --served-model-name, --generate-seats and "
-                "--generation-in-thread need --generate SIZE (the model's size)"
+                "--generate-weights, --generate-sha256, --classifier, --served-model-name, --generate-seats, "
+                "--generation-in-thread and --enable-prefix-caching need --generate SIZE (the model's size)"
             )
         return None
     from functools import partial
@@ -315,9 +323,10 @@ def generation_engine(args, threads: int | None = None):
     factory = partial(generation_model, args.generate, args.generate_weights, args.generate_sha256)
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
     threads = threads or default_core_threads()
+    kw = {"max_running": seats, "name": name, "threads": threads, "enable_prefix_caching": args.enable_prefix_caching}
     if args.generation_in_thread:
-        return AsyncLLM(factory(), max_running=seats, name=name, threads=threads)
-    return AsyncLLM(factory, max_running=seats, name=name, threads=threads, process=True)
+        return AsyncLLM(factory(), **kw)
+    return AsyncLLM(factory, process=True, **kw)
 
 
 def _serve_with_ray(args, models, default, config) -> int:
