@@ -14,7 +14,7 @@ NBVAL := $(BIN)/pytest -q --durations=40 --nbval-lax --nbval-current-env --nbval
 # travelling copy): make test's notebook pass does not run them a second time (keep both lists equal; a test does).
 REHEARSED := notebooks/1_hardware/01_where_the_bytes_go.ipynb solutions/3_serving/ex_histogram_quantile.ipynb
 
-.PHONY: setup setup-gpu services lab test lane-tests minutes lint test-unit test-notebooks test-noisy catch-rate test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-wheels gpu-check gpu-bundle gpu-suite
+.PHONY: setup setup-gpu services lab test lane-tests minutes lint test-unit test-notebooks test-noisy catch-rate test-gpu test-ui book bench vllm-env peers-generation serve soak labs clean gpu-check gpu-bundle gpu-suite
 
 # PyTorch's CPU threads (GNU OpenMP) spin for a while after each parallel operation before they sleep, so a
 # process that works in bursts (a server between requests, a notebook between measurements) keeps its idle threads
@@ -132,19 +132,6 @@ test-gpu: setup
 	AILAB_REQUIRE_GPU=1 $(BIN)/python -c "import ailab.device as d; d.require_gpu(); print(d.describe_hardware().one_line())"
 	AILAB_REQUIRE_GPU=1 $(MAKE) test
 
-## gpu-wheels: the small wheels scripts/gpu_check.sh brings to a CUDA machine (Python 3.12, its own torch, no
-## registry): pinned as in pyproject.toml, into build/gpu-wheels (carry it: ["build/gpu-wheels"])
-GPU_WHEELS := build/gpu-wheels
-GPU_WHEELS_PY := 3.12
-gpu-wheels: setup
-	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
-	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-	  --python-version $(GPU_WHEELS_PY) --implementation cp --platform manylinux_2_28_x86_64 \
-	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 \
-	  --platform manylinux2010_x86_64 -d $(GPU_WHEELS) $$($(BIN)/python scripts/gpu_check.py --wheel-specs)
-	echo $(GPU_WHEELS_PY) > $(GPU_WHEELS)/PYTHON_VERSION
-	@ls -l $(GPU_WHEELS)/*.whl | awk '{printf "  %7.2f MiB  %s\n", $$5/1048576, $$9; t+=$$5} END {printf "gpu-wheels: %d wheels, %.1f MiB in all (the carry limit is 64 MiB)\n", NR, t/1048576; if (t > 60*1048576) exit 1}'
-
 ## gpu-bundle: what a CUDA machine like the lent H200 (Python 3.12, its own torch, no registry, 64 MiB per call)
 ## needs besides the project, in build/gpu-bundle (<= 60 MiB with the project): the wheels the notebooks import
 ## that it lacks, trimmed, and MiniLM's travelling copy (scripts/gpu_bundle.py; carry it: ["build/gpu-bundle"])
@@ -157,7 +144,8 @@ $(GPU_BUNDLE)/MANIFEST.json: $(STAMP) scripts/gpu_bundle.py ailab/minilm_travel.
 gpu-suite: setup gpu-bundle
 	PY=$(BIN)/python bash scripts/gpu_suite.sh --rehearse $(if $(ONLY),--only $(ONLY))
 
-## gpu-check: scripts/gpu_check.sh here (on CPU the CUDA-only sections are reported as skipped); JSON in build/
+## gpu-check: scripts/gpu_check.sh here, the suite `ailab bench gpu` written to build/gpu_check.json (on CPU the
+## CUDA-only sections are reported as skipped; on a CUDA machine it installs build/gpu-bundle first: see its header)
 gpu-check: setup
 	PY=$(BIN)/python bash scripts/gpu_check.sh
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import subprocess
 import sys
 import zipfile
@@ -81,6 +82,35 @@ def test_it_carries_what_the_notebooks_import_and_nothing_the_machine_has(bundle
         py, abi, plat = r["file"][:-4].split("-")[-3:]
         assert py in ("py3", "py2.py3") or py.startswith(("cp312", "cp311", "cp310")), r["file"]
         assert plat == "any" or "x86_64" in plat, r["file"]
+
+
+GPU_SUITE_IMPORTS = """
+import importlib.metadata as md, json, sys
+import pynvml  # hardware() reads the driver's version through it on a GPU
+from ailab.suites import gpu
+from ailab.memory import fragmentation  # the CUDA-only sections' modules, imported here though they skip
+from ailab.engine import runners
+result = gpu.check(quick=True, only="estimator,batching_ceiling,generation", threads=1, progress=lambda line: None)
+top = {m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names)
+names = md.packages_distributions()
+print(json.dumps({"error": result.get("error"), "dists": sorted({d for t in top for d in names.get(t, ())})}))
+"""
+
+
+def test_it_carries_what_the_gpu_suite_imports():
+    # The one way to ship: what `ailab bench gpu` (scripts/gpu_check.sh) imports, run on the CPU here, is either on
+    # the machine or in the bundle (gpu_check.py's own wheel list, pyproject's pins and their transitive set, is gone)
+    proc = subprocess.run(
+        [sys.executable, "-c", GPU_SUITE_IMPORTS], cwd=REPO, capture_output=True, text=True, check=True, timeout=300
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is None, out
+    imported = {gpu_bundle.norm(d) for d in out["dists"]} - {"ailab"}
+    assert {"torch", "transformers", "numpy", "nvidia-ml-py", "psutil"} <= imported
+    carried = set(gpu_bundle.resolve()) | {gpu_bundle.norm(n) for n in gpu_bundle.MACHINE_HAS}
+    assert not imported - carried, (
+        f"imported by the GPU suite, on neither the machine nor the bundle: {imported - carried}"
+    )
 
 
 def test_minilm_travels_at_its_trusted_hash(bundle):
