@@ -46,6 +46,19 @@ def parse_args(argv):
     p.add_argument("--rates", default="", help="Poisson request rates to run too, comma-separated (req/s)")
     p.add_argument("--prompt-bytes", type=int, default=60, help="prompt length in bytes = tokens (default 60)")
     p.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request (default 32)")
+    p.add_argument(
+        "--prefix-bytes",
+        type=int,
+        default=0,
+        help="the same system prompt of this many bytes before every prompt: a chat trace (e.g. 512)",
+    )
+    p.add_argument(
+        "--prefix-caching",
+        choices=("off", "on", "both"),
+        default="off",
+        help="the server's --enable-prefix-caching; both: two servers, off and on, the same trace on each every "
+        "round, and the TTFT ratio and hit rate",
+    )
     p.add_argument("--slo-ttft-ms", type=float, default=200.0, help="goodput: time to first token at most (ms)")
     p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="goodput: time per output token at most (ms)")
     p.add_argument(
@@ -100,18 +113,22 @@ def engine_counters(url: str, headers: dict | None) -> dict:
         "steps": m.get("ailab_generation_steps_total", 0.0),
         "step_s": m.get("ailab_generation_step_seconds_total", 0.0),
         "decoded": m.get("ailab_generation_decoded_sequences_total", 0.0),
+        "prefix_queries": m.get("ailab_prefix_cache_queries_total", 0.0),
+        "prefix_hits": m.get("ailab_prefix_cache_hits_total", 0.0),
         "t": time.perf_counter(),
     }
 
 
 def where_it_goes(before: dict, after: dict) -> dict:
     steps = after["steps"] - before["steps"]
+    queries, hits = after["prefix_queries"] - before["prefix_queries"], after["prefix_hits"] - before["prefix_hits"]
     wall = after["t"] - before["t"]
     return {
         "steps": int(steps),
         "busy_share": (after["step_s"] - before["step_s"]) / wall if wall else math.nan,
         "step_ms": (after["step_s"] - before["step_s"]) / steps * 1e3 if steps else math.nan,
         "sequences_per_step": (after["decoded"] - before["decoded"]) / steps if steps else math.nan,
+        "prefix_cache_hit_rate": hits / queries if queries else None,  # tokens found / tokens looked up
     }
 
 
@@ -286,13 +303,23 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     n = args.requests or (96 if quick else 800)
     rounds = args.rounds or (1 if quick else 3)
-    trace = make_trace(n, args.prompt_bytes, args.output_tokens)  # every arrival at 0: flat out
+    trace = make_trace(n, args.prompt_bytes, args.output_tokens, prefix_bytes=args.prefix_bytes)  # flat out: all at 0
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     threads = args.threads or default_core_threads()  # what ailab serve --generate gives its core
+    if args.prefix_caching == "both":
+        if args.url:
+            raise SystemExit("--prefix-caching both starts its own two servers; leave out --url")
+        head = {"requests": n, "clients": args.clients, "prompt_bytes": args.prompt_bytes}
+        return {
+            **head,
+            "prefix_bytes": args.prefix_bytes,
+            "prefix_caching": prefix_caching_ab(args, trace, slo, threads),
+        }
     server, local = None, None
     if args.url is None:
-        server = start_ailab_server(["--generate", args.size, "--torch-threads", str(threads)])
+        on = ["--enable-prefix-caching"] if args.prefix_caching == "on" else []
+        server = start_ailab_server(["--generate", args.size, "--torch-threads", str(threads), *on])
     url = (args.url or server.url).rstrip("/")
     if server and not args.no_in_process:
         import torch
@@ -369,6 +396,45 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         if server:
             server.stop()
     return out
+
+
+def prefix_caching_ab(args, trace, slo: dict, threads: int) -> dict:
+    """The same chat trace through two servers, prefix caching off and on, back to back in every round: TTFT,
+    TPOT and goodput of each, the per-round ratio off / on of median TTFT (its median over the rounds), and the
+    hit rate against the share of every prompt that is the shared prefix."""
+    from ailab.bench.llm import serve_bench
+    from ailab.services import start_ailab_server
+
+    base = ["--generate", args.size, "--torch-threads", str(threads)]
+    servers = {
+        "off": start_ailab_server(base),
+        "on": start_ailab_server(base + ["--enable-prefix-caching"]),
+    }
+    try:
+        model = f"ailab-gpt-{args.size}"
+        for s in servers.values():  # warm-up, not counted: the server's first batch of each shape
+            serve_bench(s.url, model, trace[: args.clients], max_concurrency=args.clients)
+        rows = []
+        for _ in range(args.rounds or 3):
+            row = {}
+            for name, s in servers.items():
+                before = engine_counters(s.url, None)
+                row[name] = serve_bench(s.url, model, trace, max_concurrency=args.clients).summary(slo)
+                row[name]["server_engine"] = where_it_goes(before, engine_counters(s.url, None))
+            row["ttft_off_over_on"] = row["off"]["median_ttft_ms"] / row["on"]["median_ttft_ms"]
+            rows.append(row)
+    finally:
+        for s in servers.values():
+            s.stop()
+    prompt_tokens = sum(len(t.prompt) for t in trace)
+    return {
+        "rounds_detail": rows,
+        "ttft_off_over_on": statistics.median(r["ttft_off_over_on"] for r in rows),
+        "hit_rate": statistics.median(r["on"]["server_engine"]["prefix_cache_hit_rate"] for r in rows),
+        "shared_share": args.prefix_bytes * len(trace) / prompt_tokens,  # what a perfect cache could find
+        "goodput_off": statistics.median(r["off"]["request_goodput"] for r in rows),
+        "goodput_on": statistics.median(r["on"]["request_goodput"] for r in rows),
+    }
 
 
 def _median_row(rows) -> dict:
