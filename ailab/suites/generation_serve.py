@@ -310,7 +310,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     if args.prefix_caching == "both":
         if args.url:
             raise SystemExit("--prefix-caching both starts its own two servers; leave out --url")
-        head = {"requests": n, "clients": args.clients, "prompt_bytes": args.prompt_bytes}
+        head = {"hardware": describe_hardware().one_line(), "requests": n, "clients": args.clients}
+        head["prompt_bytes"], head["output_tokens"] = args.prompt_bytes, args.output_tokens
         return {
             **head,
             "prefix_bytes": args.prefix_bytes,
