@@ -559,7 +559,8 @@ def test_the_plan_is_made_from_queues_and_blocks_alone():
     plan = schedule(waiting, running, blocks, max_running=3)
     assert [(r.id, n) for r, n in plan.prefill] == [(0, 5), (1, 4), (2, 9)] and not plan.decode
     assert [r.id for r in waiting] == [3], "three seats: the fourth waits"
-    for r in running:  # what the executor and the engine would have done: one token each
+    for r in running:  # what the executor and the engine would have done: the prompt's K/V, then one token each
+        r.num_computed_tokens = len(r.prompt)
         r.output.append(7)
     plan = schedule(waiting, running, blocks, max_running=3)
     # a slot for 0 (its 6th token: its 2nd block has room), then 1 (its 5th: a new block) finds none free: the

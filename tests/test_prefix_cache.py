@@ -20,7 +20,7 @@ def test_a_block_is_named_by_its_parent_and_its_tokens():
 
 def _written(blocks: PrefixCachingAllocator, seq, ids):
     """As the engine does after a step: the sequence's full blocks named."""
-    blocks.cache_full_blocks(seq, ids, [])
+    blocks.cache_full_blocks(seq, ids, [], blocks.lengths[seq])
 
 
 def test_a_prompt_that_begins_with_cached_blocks_takes_them_and_leaves_the_last_token():
@@ -87,7 +87,11 @@ def model():
 
 
 def _serve(model, reqs, prefix_caching: bool, num_blocks: int = 64, max_running: int = 4):
-    core = EngineCore(model, PagedKVCache.for_model(model, num_blocks, 8, prefix_caching=prefix_caching), max_running)
+    core = EngineCore(
+        model,
+        PagedKVCache.for_model(model, num_blocks, 8, allocator=PrefixCachingAllocator if prefix_caching else None),
+        max_running,
+    )
     preempted = sum(r.preempted for r in core.run({0: reqs[: len(reqs) // 2], 3: reqs[len(reqs) // 2 :]}))
     return [r.output for r in reqs], core.alloc, preempted
 

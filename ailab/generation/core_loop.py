@@ -113,10 +113,16 @@ def core_process_main(commands, outputs, factory, core_kw: dict, threads: int | 
 
 
 def make_core(
-    model, num_blocks: int, block_size: int, max_running: int, warmup: bool = True, prefix_caching: bool = False
+    model,
+    num_blocks: int,
+    block_size: int,
+    max_running: int,
+    warmup: bool = True,
+    prefix_caching: bool = False,
+    max_num_batched_tokens: int | None = None,
 ) -> EngineCore:
     """The core a server runs: its own block pool, warmed up unless told not to."""
-    core = EngineCore.for_model(model, num_blocks, block_size, max_running, prefix_caching)
+    core = EngineCore.for_model(model, num_blocks, block_size, max_running, prefix_caching, max_num_batched_tokens)
     if warmup:
         core.warm_up()
     return core

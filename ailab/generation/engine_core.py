@@ -28,8 +28,9 @@ from typing import Callable, Iterator
 
 from ailab.generation.core_io import EngineCoreOutput
 from ailab.generation.executor import ModelExecutor
-from ailab.generation.paged import PagedKVCache
+from ailab.generation.paged import BlockAllocator, PagedKVCache
 from ailab.generation.plan import SchedulerOutput, schedule
+from ailab.generation.prefix_cache import PrefixCachingAllocator
 from ailab.generation.request import Request
 from ailab.generation.scheduler import Scheduler
 
@@ -76,17 +77,29 @@ class EngineCore:
         clock=time.perf_counter,
         planner: Callable[..., SchedulerOutput] = schedule,
         compile: bool = False,
+        max_num_batched_tokens: int | None = None,
     ):
+        """`max_num_batched_tokens`: at most this many tokens computed a step (chunked prefill, plan.py)."""
         self.model, self.cache = model, cache
-        self.scheduler = Scheduler(cache.allocator, model.max_positions, max_running, policy, planner, clock)
+        self.scheduler = Scheduler(
+            cache.allocator, model.max_positions, max_running, policy, planner, clock, max_num_batched_tokens
+        )
         self.executor = ModelExecutor(model, cache, compile)  # compile: the decode step under torch.compile
 
     @classmethod
     def for_model(
-        cls, model, num_blocks: int = 256, block_size: int = 16, max_running: int = 8, prefix_caching: bool = False
+        cls,
+        model,
+        num_blocks: int = 256,
+        block_size: int = 16,
+        max_running: int = 8,
+        prefix_caching: bool = False,
+        max_num_batched_tokens: int | None = None,
     ) -> "EngineCore":
         """A core with its own block pool, as a server makes one (`prefix_caching`: prefix_cache.py)."""
-        return cls(model, PagedKVCache.for_model(model, num_blocks, block_size, prefix_caching=prefix_caching), max_running)
+        allocator = PrefixCachingAllocator if prefix_caching else BlockAllocator
+        cache = PagedKVCache.for_model(model, num_blocks, block_size, allocator=allocator)
+        return cls(model, cache, max_running, max_num_batched_tokens=max_num_batched_tokens)
 
     # the scheduler's queues, read by notebooks, benches and the lab
     @property
@@ -118,7 +131,8 @@ class EngineCore:
         out = self.executor.execute(plan)
         t2 = time.perf_counter()
         done = self.scheduler.update_from_output(plan, out.tokens)
-        outputs = [EngineCoreOutput(r.id, [r.output[-1]], r.finish_reason) for r in plan.scheduled]
+        made = out.tokens  # a request that computed only a chunk of its prompt made none
+        outputs = [EngineCoreOutput(r.id, [r.output[-1]], r.finish_reason) for r in plan.scheduled if r.id in made]
         times = StepTimes(t1 - t0, out.prepare_s, out.forward_s, out.sample_s, time.perf_counter() - t2)
         s = self.scheduler
         return StepReport(

@@ -59,22 +59,28 @@ class ModelExecutor:
         if not rows:
             return ModelOutput({})
         t0 = self._now()
-        if plan.prefill:  # prompts (whole: after a preemption, what was generated too), then one token per decode
-            # each admitted request's last n tokens (all of them, but what a prefix cache holds already)
-            ids = [t for req, n in plan.prefill for t in (req.prompt + req.output)[-n:]] + [
-                r.output[-1] for r in plan.decode
-            ]
-            ids = torch.tensor([ids], device=self.device)  # (1, N)
-            view = self.cache.packed_view([r.id for r in rows], [n for _, n in plan.prefill] + [1] * len(plan.decode))
+        if plan.prefill:  # prompts' chunks (after a preemption, what was generated too), then one token per decode
+            chunks = [(req, req.num_computed_tokens, n) for req, n in plan.prefill]
+            ids = [t for req, start, n in chunks for t in (req.prompt + req.output)[start : start + n]]
+            ids = torch.tensor([ids + [r.output[-1] for r in plan.decode]], device=self.device)  # (1, N)
+            starts = [start for _, start, _ in chunks] + [r.num_computed_tokens for r in plan.decode]
+            view = self.cache.packed_view(
+                [r.id for r in rows], [n for *_, n in chunks] + [1] * len(plan.decode), starts
+            )
             forward, inputs = self.step, (view, ids)
+            # a chunk that leaves part of its prompt for later makes no token: its row is not sampled
+            complete = [i for i, (req, start, n) in enumerate(chunks) if start + n == len(req.prompt) + len(req.output)]
+            sampled = complete + list(range(len(chunks), len(rows)))
         else:
             last = torch.tensor([[r.output[-1]] for r in plan.decode], device=self.device)  # (B, 1)
             view = self.cache.view([r.id for r in plan.decode], 1)
-            forward, inputs = self.decode, (view, last)
+            forward, inputs, sampled = self.decode, (view, last), None
         t1 = self._now()
         logits = forward(*inputs)  # (rows, vocab): prefills' rows first, as `rows` are
         t2 = self._now()
-        tokens = self.sample(rows, logits)
+        if sampled is not None and len(sampled) < len(rows):
+            logits, rows = logits[sampled], [rows[i] for i in sampled]
+        tokens = self.sample(rows, logits) if rows else []
         t3 = time.perf_counter()  # sample() ends in a copy to the host: nothing is left queued
         return ModelOutput(dict(zip((r.id for r in rows), tokens)), t1 - t0, t2 - t1, t3 - t2)
 

@@ -82,8 +82,8 @@ class BlockAllocator:
         """Tokens of `seq` whose K/V were already in the cache when it was admitted: none here."""
         return 0
 
-    def cache_full_blocks(self, seq: Hashable, prompt: Sequence[int], output: Sequence[int]) -> None:
-        """Nothing to remember here; a prefix-caching allocator names the full blocks."""
+    def cache_full_blocks(self, seq: Hashable, prompt: Sequence[int], output: Sequence[int], computed: int) -> None:
+        """Nothing to remember here; a prefix-caching allocator names the blocks full of computed K/V."""
 
     def slot(self, seq: Hashable, pos: int) -> int:
         return self.tables[seq][pos // self.block_size] * self.block_size + pos % self.block_size
@@ -130,14 +130,13 @@ class PagedKVCache:
         block_size: int = 16,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
-        prefix_caching: bool = False,
+        allocator: type[BlockAllocator] | None = None,
     ) -> "PagedKVCache":
         """A pool of `num_blocks` blocks shaped for `model`; its dtype and device are the model's unless given.
-        `prefix_caching`: full blocks are kept and shared by prompts that begin alike (prefix_cache.py)."""
-        from ailab.generation.prefix_cache import PrefixCachingAllocator
-
+        `allocator`: the class that hands out the blocks (prefix_cache.PrefixCachingAllocator keeps full blocks
+        and shares them between prompts that begin alike); BlockAllocator unless given."""
         dtype, device = model_placement(model, dtype, device)
-        alloc = (PrefixCachingAllocator if prefix_caching else BlockAllocator)(num_blocks, block_size)
+        alloc = (allocator or BlockAllocator)(num_blocks, block_size)
         return cls(model.n_layer, model.n_head, model.head_dim, alloc, dtype, device)
 
     @property
@@ -149,9 +148,12 @@ class PagedKVCache:
         (allocate() for a prompt, append() for a decode step)."""
         return PagedView(self, seqs, new_tokens)
 
-    def packed_view(self, seqs: Sequence[Hashable], new_tokens: Sequence[int]) -> "PackedView":
-        """For one forward over `seqs`, the i-th bringing its last `new_tokens[i]` tokens (already with slots)."""
-        return PackedView(self, seqs, new_tokens)
+    def packed_view(
+        self, seqs: Sequence[Hashable], new_tokens: Sequence[int], starts: Sequence[int] | None = None
+    ) -> "PackedView":
+        """For one forward over `seqs`, the i-th bringing its last `new_tokens[i]` tokens (already with slots), or,
+        with `starts`, the ones from position `starts[i]` on (a chunk of a prompt whose blocks are reserved)."""
+        return PackedView(self, seqs, new_tokens, starts)
 
 
 def gather_blocks(store: torch.Tensor, table: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -211,12 +213,18 @@ class PackedView:
     decode padded to a prompt's length pays the prompt's attention (measured: a 60-token prompt beside 15 decodes
     in one grid, 1.3x slower than two separate forwards)."""
 
-    def __init__(self, cache: PagedKVCache, seqs: Sequence[Hashable], new_tokens: Sequence[int]):
+    def __init__(
+        self, cache: PagedKVCache, seqs: Sequence[Hashable], new_tokens: Sequence[int], starts: Sequence[int] | None
+    ):
         a, device = cache.allocator, cache.k.device
         counts = list(new_tokens)
         if len(counts) != len(seqs) or not seqs:
             raise ValueError(f"one count of new tokens per sequence: {len(seqs)} sequences, {len(counts)} counts")
         held = [a.lengths[s] for s in seqs]
+        if starts is not None:  # a chunk ends where it ends, not at the end of what its sequence holds
+            held = [start + n for start, n in zip(starts, counts)]
+            if any(h > a.lengths[s] for s, h in zip(seqs, held)):
+                raise ValueError(f"a chunk runs past its sequence's slots: ends {held}")
         if any(n < 1 or n > h for n, h in zip(counts, held)):
             raise ValueError(f"each sequence brings 1 to its length of new tokens; got {counts} for lengths {held}")
         # Built on the host from the block tables, then moved in one copy per tensor.

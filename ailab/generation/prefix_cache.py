@@ -125,11 +125,11 @@ class PrefixCachingAllocator(BlockAllocator):
         self.lengths[seq] = pos + 1
         return self.slot(seq, pos)
 
-    def cache_full_blocks(self, seq: Hashable, prompt: Sequence[int], output: Sequence[int]) -> None:
-        """Name the blocks of `seq` that are full of written K/V (its first `lengths[seq]` tokens: the prompt, then
-        the output), so later requests can hit them. Cheap when no block has filled since the last call."""
+    def cache_full_blocks(self, seq: Hashable, prompt: Sequence[int], output: Sequence[int], computed: int) -> None:
+        """Name the blocks of `seq` that are full of written K/V (its first `computed` tokens: the prompt, then the
+        output), so later requests can hit them. Cheap when no block has filled since the last call."""
         names, table = self.hashes[seq], self.tables[seq]
-        full = self.lengths[seq] // self.block_size
+        full = computed // self.block_size
         if full <= len(names):
             return
         token_ids = list(prompt) + list(output)

@@ -43,6 +43,7 @@ class Request:
     first_token_s: float | None = None
     finished_s: float | None = None
     preemptions: int = 0
+    num_computed_tokens: int = 0  # tokens whose K/V are in the cache: all but the last once it decodes
 
     def __post_init__(self):
         if isinstance(self.sampling_params, int) and not isinstance(self.sampling_params, bool):

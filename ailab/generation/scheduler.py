@@ -3,7 +3,8 @@ executor returns. It never calls the model; the engine core (engine_core.py) put
 
     add_request        a request joins the waiting queue, refused at once (RequestTooLarge, ValueError) if it can
                        never run here
-    schedule           the plan of one step: `planner(waiting, running, blocks, max_running, policy)` (plan.py's
+    schedule           the plan of one step: `planner(waiting, running, blocks, max_running, policy)`, and the
+                       token budget `max_num_batched_tokens` when one is set (chunked prefill) (plan.py's
                        `schedule` unless another is given: the scheduler-step lab runs a learner's planning step here
                        in its place), plus the ids that left since the last plan, so the executor forgets them
     update_from_output the plan's moves stamped on the requests, each new token appended, first-token and finish
@@ -40,9 +41,19 @@ class Scheduler:
         policy: str = "continuous",
         planner: Callable[..., SchedulerOutput] = schedule,
         clock=time.perf_counter,
+        max_num_batched_tokens: int | None = None,
     ):
         if policy not in ("continuous", "static"):
             raise ValueError(f"policy={policy!r}; choose 'continuous' or 'static'")
+        if max_num_batched_tokens is not None and not (
+            isinstance(max_num_batched_tokens, int) and max_num_batched_tokens >= (max_running or 1)
+        ):
+            raise ValueError(
+                f"max_num_batched_tokens must be a whole number of at least max_running ({max_running}): every "
+                f"running request decodes one token a step; got {max_num_batched_tokens!r}"
+            )
+        # passed to the planner only when set: a planner written without chunked prefill takes five arguments
+        self.budget = {} if max_num_batched_tokens is None else {"max_num_batched_tokens": max_num_batched_tokens}
         self.alloc, self.max_model_len = blocks, max_model_len
         self.max_running, self.policy, self.planner, self.clock = max_running, policy, planner, clock
         self.waiting: deque[Request] = deque()
@@ -67,7 +78,7 @@ class Scheduler:
         return not self.waiting and not self.running
 
     def schedule(self) -> SchedulerOutput:
-        plan = self.planner(self.waiting, self.running, self.alloc, self.max_running, self.policy)
+        plan = self.planner(self.waiting, self.running, self.alloc, self.max_running, self.policy, **self.budget)
         plan.finished_ids, self._left = self._left, []
         return plan
 
@@ -75,11 +86,15 @@ class Scheduler:
         """Apply one step: the plan's moves stamped on the requests, each new token appended, the done retired."""
         now = self.clock()
         for req in plan.preempted:
-            req.status, req.preemptions = RequestStatus.WAITING, req.preemptions + 1
+            req.status, req.preemptions, req.num_computed_tokens = RequestStatus.WAITING, req.preemptions + 1, 0
+        computed = {req.id: n for req, n in plan.prefill}  # a decode computes 1
         done = []
         for req in plan.scheduled:
             req.status = RequestStatus.RUNNING
-            self.alloc.cache_full_blocks(req.id, req.prompt, req.output)  # before the new token: it has no K/V yet
+            req.num_computed_tokens += computed.get(req.id, 1)
+            self.alloc.cache_full_blocks(req.id, req.prompt, req.output, req.num_computed_tokens)
+            if req.id not in tokens:  # a chunk of its prompt: no token until the last one is computed
+                continue
             req.output.append(tokens[req.id])
             if req.first_token_s is None:
                 req.first_token_s = now

@@ -684,7 +684,10 @@ def _apply(plan: SchedulerOutput, running: list, blocks: BlockAllocator) -> None
     """The engine's apply phase without the model (Scheduler.update_from_output): one token for each request
     that runs, the finished retired and their blocks freed. The tokens' values never change a plan."""
     done = []
+    for req in plan.preempted:
+        req.num_computed_tokens = 0  # its blocks are gone: it is prefilled again when admitted
     for req in [r for r, _ in plan.prefill] + list(plan.decode):
+        req.num_computed_tokens = len(req.prompt) + len(req.output)  # every token's K/V written, then a new one
         req.output.append(0)
         if req.done:
             done.append(req)

@@ -41,11 +41,13 @@ class AsyncLLM:
         process: bool = False,
         start_timeout_s: float = 300.0,
         enable_prefix_caching: bool = False,
+        max_num_batched_tokens: int | None = None,
     ):
         """`model`: a Decoder (the core runs in a thread of this process), or with `process` a picklable callable
         that builds one (the core runs in a process of its own, which builds it). `threads`: torch's intra-op
         threads for the core alone (None: torch's default). `enable_prefix_caching`: prompts that begin alike share
-        their first full KV blocks (ailab/generation/prefix_cache.py), as vLLM's flag of that name."""
+        their first full KV blocks (ailab/generation/prefix_cache.py), as vLLM's flag of that name.
+        `max_num_batched_tokens`: chunked prefill, at most that many tokens a step (ailab/generation/plan.py)."""
         self.name, self.threads, self.process = name, threads, process
         self.enable_prefix_caching = enable_prefix_caching
         self.max_waiting, self.blocks_total = max_waiting, num_blocks
@@ -61,6 +63,7 @@ class AsyncLLM:
             "max_running": max_running,
             "warmup": warmup,
             "prefix_caching": enable_prefix_caching,
+            "max_num_batched_tokens": max_num_batched_tokens,
         }
         self.client = make_client(model, core_kw, threads, process, self._on_outputs, self._died)
         if process and (not self.client.ready.wait(start_timeout_s) or self.dead_reason):

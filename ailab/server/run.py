@@ -215,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
         "system prompt is prefilled once, then looked up), as vLLM's flag of that name; /metrics counts "
         "ailab_prefix_cache_queries and _hits in tokens",
     )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --generate: chunked prefill, at most N tokens computed a step (decodes first, then prompt "
+        "chunks), so a long prompt no longer stalls the answers being decoded beside it, as vLLM's flag of that "
+        "name; at least --generate-seats. Default: none (a prompt is computed in the step that admits it)",
+    )
     add_config_flags(p)
     p.add_argument(
         "--timeout-s", dest="request_timeout_s", type=float, default=None, help="the same as --request-timeout-s"
@@ -297,10 +306,12 @@ def generation_engine(args, threads: int | None = None):
             or args.generation_in_thread
             or args.generate_seats is not None
             or args.enable_prefix_caching
+            or args.max_num_batched_tokens is not None
         ):
             raise ValueError(
                 "--generate-weights, --generate-sha256, --classifier, --served-model-name, --generate-seats, "
-                "--generation-in-thread and --enable-prefix-caching need --generate SIZE (the model's size)"
+                "--generation-in-thread, --enable-prefix-caching and --max-num-batched-tokens need --generate SIZE "
+                "(the model's size)"
             )
         return None
     from functools import partial
@@ -323,7 +334,14 @@ def generation_engine(args, threads: int | None = None):
     factory = partial(generation_model, args.generate, args.generate_weights, args.generate_sha256)
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
     threads = threads or default_core_threads()
+    budget = args.max_num_batched_tokens
+    if budget is not None and budget < seats:
+        raise ValueError(
+            f"--max-num-batched-tokens must be at least --generate-seats ({seats}): every seat decodes a token a "
+            f"step; got {budget}"
+        )
     kw = {"max_running": seats, "name": name, "threads": threads, "enable_prefix_caching": args.enable_prefix_caching}
+    kw["max_num_batched_tokens"] = budget
     if args.generation_in_thread:
         return AsyncLLM(factory(), **kw)
     return AsyncLLM(factory, process=True, **kw)
