@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ailab import memory
-from ailab.memory import tracker as tracker_mod
+from ailab.memory import counters
 
 GiB = 2**30
 
@@ -208,8 +208,8 @@ def test_tracker_works_and_says_so_without_psutil(monkeypatch):
 def test_tracker_works_without_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     tr = memory.MemoryTracker(device="cpu", sample=False)
-    assert tr._nvml_handle() is None  # what a CUDA machine without nvidia-ml-py would get
-    assert tracker_mod._import_pynvml() is None
+    assert counters.nvml_handle(tr.device) is None  # what a CUDA machine without nvidia-ml-py would get
+    assert counters._import_pynvml() is None
     assert tr.available()["nvml_used"].startswith("no")
 
 
@@ -227,10 +227,10 @@ def test_cpu_sampler_is_a_child_process_that_goes_away():
 
     tr = memory.MemoryTracker(device="cpu", interval_s=0.01)
     assert tr.wait_ready()
-    child = tr._child.pid
+    child = tr.sampler._child.pid
     assert os.path.exists(f"/proc/{child}")
     tr.close()
-    assert tr._child is None and len(tr.timeline) >= 1
+    assert tr.sampler._child is None and len(tr.timeline) >= 1
     assert not os.path.exists(f"/proc/{child}/statm") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
 
 

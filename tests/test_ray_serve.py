@@ -175,3 +175,30 @@ def test_the_serve_config_file_is_valid_and_loopback_only():
     from ray.serve import Application
 
     assert isinstance(builder(only.args), Application)
+
+
+def test_the_yardstick_deployment_carries_its_settings():
+    """Ray Serve's own batcher over ailab's predictor (what `ailab bench scale` and `peers` compare with): one
+    replica unless autoscaled, the back-pressure bounds it was given, one CPU per replica."""
+    from ailab.server.ray_serve import ray_deployment
+
+    fixed = ray_deployment(max_ongoing_requests=64, max_queued_requests=16)
+    assert (fixed.num_replicas, fixed.max_ongoing_requests, fixed.max_queued_requests) == (1, 64, 16)
+    assert fixed.ray_actor_options == {"num_cpus": 1}
+    scaled = ray_deployment(autoscaling={"min_replicas": 1, "max_replicas": 2})
+    assert scaled._deployment_config.autoscaling_config.max_replicas == 2
+
+
+def test_the_suites_ray_peer_reads_the_rss_of_the_processes_it_lists(monkeypatch):
+    """suites.scale.RayServe is the cluster-side RayServePredictor plus rss_mib, read by ailab.bench (a layer
+    above the server): the sum over the pids processes() lists, a pid gone meanwhile skipped."""
+    from ailab.bench.process import process_tree_rss_mib
+    from ailab.server.ray_serve import RayServePredictor
+    from ailab.suites.scale import RayServe
+
+    assert issubclass(RayServe, RayServePredictor)
+    peer = RayServe.__new__(RayServe)  # no Ray started: only the reading is under test
+    gone = 2**22 + 1  # above Linux's largest pid
+    monkeypatch.setattr(peer, "processes", lambda: [os.getpid(), gone])
+    mine = process_tree_rss_mib(os.getpid(), children=False)
+    assert peer.rss_mib() == pytest.approx(mine, rel=0.2)

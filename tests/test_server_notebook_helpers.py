@@ -1,9 +1,9 @@
-"""The serving notebooks' helpers: the widget callback, metric parsing, padding and batch sweeps."""
+"""The serving notebooks' helpers: the widget callback, metric parsing, padding and batch sweeps, the naive server."""
 
 import pytest
 
 from ailab.server.metrics import ServerMetrics
-from ailab.suites import serving
+from ailab.suites import naive_server, serving, serving_view
 from test_server_helpers import tiny
 
 ROWS = [
@@ -21,7 +21,7 @@ ROWS = [
 
 
 def test_grid_figure_replays_the_chosen_cell():
-    fig = serving.grid_figure(ROWS, 5, 8)
+    fig = serving_view.grid_figure(ROWS, 5, 8)
     p50 = next(t for t in fig.data if t.name == "p50 ms")
     assert list(p50.x) == [1, 8, 32] and list(p50.y) == [11.0, 18.0, 42.0]
     assert "85 req/s" in fig.layout.title.text and "max_batch=8" in fig.layout.title.text
@@ -31,9 +31,9 @@ def test_grid_figure_replays_the_chosen_cell():
 
 def test_grid_figure_refuses_unmeasured_values():
     with pytest.raises(ValueError, match="max_wait_ms=7"):
-        serving.grid_figure(ROWS, 7, 8)
+        serving_view.grid_figure(ROWS, 7, 8)
     with pytest.raises(ValueError, match="max_batch_size=4"):
-        serving.grid_figure(ROWS, 0, 4)
+        serving_view.grid_figure(ROWS, 0, 4)
 
 
 def test_read_metrics_and_histogram():
@@ -69,3 +69,18 @@ def test_batch_sweep_and_batcher_run_on_tiny_model():
 def test_bench_texts_are_8_to_40_words():
     texts = serving.bench_texts(100)
     assert len(texts) == 100 and all(8 <= len(t.split()) <= 40 for t in texts)
+
+
+def test_naive_server_answers_per_request_and_leaves_the_predictor_as_it_was():
+    from fastapi.testclient import TestClient
+
+    predictor = tiny(0)
+    tokenize = predictor.tokenize
+    with TestClient(naive_server.naive_app(predictor)) as client:
+        assert client.get("/readyz").json() == {"ready": True}
+        one = client.post("/v1/predict", json={"inputs": "a fine film"})
+        two = client.post("/v1/predict", json={"inputs": ["a fine film", "dull"]})
+    assert one.status_code == 200 and len(one.json()["outputs"]) == 1
+    assert two.status_code == 200 and len(two.json()["outputs"]) == 2
+    assert two.json()["outputs"][0] == one.json()["outputs"][0]
+    assert predictor.tokenize == tokenize  # the lock went on a copy, not on the predictor the batched servers share

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ailab import models, variants as V
-from ailab.engine import ClassifierWithEmbedding
+from ailab.engine import ClassifierWithEmbedding, fusion
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,8 @@ def _padded_batch(tok, texts, width):
 
 
 def test_the_fused_graph_is_fused(trained, built):
-    before = V.export_for_fusion(trained.model)
-    summary = V.fusion_summary(before, built["ort_fused"].path)
+    before = fusion.export_for_fusion(trained.model)
+    summary = fusion.fusion_summary(before, built["ort_fused"].path)
     layers = trained.model.encoder.config.num_hidden_layers
     # one fused attention and bias+GELU per layer, two residual+layer norms per layer, one embedding layer norm
     assert summary["fused"] == {
@@ -41,7 +41,7 @@ def test_the_fused_graph_is_fused(trained, built):
     }
     assert summary["nodes_after"] < summary["nodes_before"] / 3
     assert summary["matmul_after"] < summary["matmul_before"]  # Q, K and V became one weight inside Attention
-    q = V.fusion_summary(built["ort_fused"].path, built["ort_fused_int8"].path)
+    q = fusion.fusion_summary(built["ort_fused"].path, built["ort_fused_int8"].path)
     assert q["fused"].get("QAttention") == layers and "Attention" not in q["fused"]
 
 

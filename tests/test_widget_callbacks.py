@@ -15,7 +15,7 @@ from ailab.memory import PUBLISHED_CONFIGS, DecoderConfig
 from ailab.memory.kv import kv_view
 from ailab.retrieval import TradeOff, nprobe_figure, nprobe_view
 from ailab.roofline import attainable, attainable_figure
-from ailab.suites.serving import bucketing_view, padding_by_bucket
+from ailab.suites.serving_view import bucketing_view, padding_by_bucket
 from ailab.widgets import precision_view
 
 GiB = 2**30

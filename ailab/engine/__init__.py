@@ -4,6 +4,7 @@ parity check, and a text classifier with per-stage timing.
 - runners.py  InputSpec, check_batch, Runner, TorchRunner, OnnxRunner
 - export.py   export_onnx (dynamic axes + parity), ExportResult, ExportParityError
 - int8.py     quantize_dynamic_int8 (ONNX Runtime dynamic INT8; ailab.quantize re-exports it)
+- fusion.py   ONNX Runtime's transformer fusions: export_for_fusion, fuse_transformer, node counts before and after
 - text.py     TextClassifierRunner (stage timing), slow vs fast tokenizer, sentiment_onnx (every engine for the
               sentiment model is built by ailab.variants.build_variant)
 """

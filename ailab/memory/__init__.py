@@ -1,7 +1,10 @@
 """ailab.memory: make memory visible. Read the parts in this order:
 
-- counters.py  the raw readers: RSS, glibc malloc bytes in use, malloc_trim, the RSS sampler process
-- tracker.py   MemoryTracker (per-phase counters + background timeline sampler), sampler_overhead()
+- counters.py  the raw readers: RSS, glibc malloc bytes in use, malloc_trim, CUDA and NVML (DeviceCounters)
+- sampler.py   the background timeline sampler: a child process on CPU, a thread on a GPU
+- tracker.py   MemoryTracker: the counters per named phase, over the sampler's timeline
+- timeline_figure.py  the timeline drawn, phases shaded
+- overhead.py  sampler_overhead(): what the sampler costs a forward pass
 - estimate.py  bytes before you run: parameters, activations, KV cache, the safe line
 - measure.py   bytes when you run: a forward's measured peak, find_max_batch()
 - kv.py        published decoder configs, paging vs max reservation, an LRU of models (arithmetic)
@@ -43,7 +46,9 @@ from ailab.memory.measure import (
     predicted_vs_measured_figure,
     rss_peak_delta,
 )
-from ailab.memory.tracker import MiB, MemoryTracker, Phase, malloc_in_use, sampler_overhead, trim_malloc
+from ailab.memory.counters import MiB, malloc_in_use, trim_malloc
+from ailab.memory.overhead import sampler_overhead
+from ailab.memory.tracker import MemoryTracker, Phase
 
 __all__ = [
     "DTYPE_BYTES",

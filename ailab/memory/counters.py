@@ -1,7 +1,12 @@
-"""Low-level memory counters of this process: RSS, glibc's malloc bytes, and the sampler process.
+"""The memory counters this process can read, and `DeviceCounters`, the set one tracker reads for its device.
 
-Kept apart from tracker.py so each reads in one sitting. Every reader returns None (never a fake 0)
-where this machine has no such counter.
+  always: process RSS (psutil, else /proc/self/statm).
+  on CPU with glibc: malloc_in_use (mallinfo2), the exact bytes malloc has handed out.
+  CUDA: memory_allocated (live tensors), memory_reserved (allocator cache), num_alloc_retries (cudaMalloc
+        retried after freeing the cache: the fragmentation signal), and device-used from NVML when present.
+
+Every reader returns None (never a fake 0) where this machine has no such counter, and
+`DeviceCounters.available()` says which exist here and why not.
 """
 
 from __future__ import annotations
@@ -9,6 +14,10 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+
+import torch
+
+MiB = 2**20
 
 
 def _import_psutil():
@@ -89,28 +98,67 @@ def trim_malloc() -> None:
         libc.malloc_trim(0)
 
 
-# The RSS sampler process: stdlib only, started with -S, so it starts fast and stays tiny.
-_CHILD_SAMPLER = r"""
-import os, sys, time
-pid, interval, path = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-page = os.sysconf("SC_PAGE_SIZE")
-fd = os.open("/proc/%d/statm" % pid, os.O_RDONLY)
-with open(path, "w", buffering=1) as out:
-    while os.getppid() == pid:
-        try:
-            rss = int(os.pread(fd, 128, 0).split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            break
-        out.write("%r %d\n" % (time.monotonic(), rss))
-        time.sleep(interval)
-"""
-
-
-def _child_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (Linux /proc), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+def nvml_handle(device: torch.device):
+    """(pynvml, the device's NVML handle), or None where nvidia-ml-py or the NVIDIA driver is missing."""
+    pynvml = _import_pynvml()
+    if pynvml is None:
         return None
+    try:
+        pynvml.nvmlInit()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # noqa: BLE001 - no driver / no permission: NVML is simply unavailable
+        return None
+
+
+class DeviceCounters:
+    """The counters a tracker reads for `device`, in bytes: RSS and malloc's bytes on any device, the CUDA
+    allocator's and NVML's on a GPU. Found once, at construction: psutil and NVML are looked up here."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        psutil = _import_psutil()
+        self._proc = psutil.Process() if psutil else None
+        self.nvml = nvml_handle(device) if device.type == "cuda" else None
+
+    def available(self) -> dict[str, str]:
+        """Each counter -> 'yes' or the reason it is missing on this machine."""
+        cuda = self.device.type == "cuda"
+        no_cuda = f"no (device is {self.device.type}; CUDA allocator counters exist only on a GPU)"
+        return {
+            "rss": "yes (psutil)"
+            if self._proc
+            else ("yes (/proc/self/statm; psutil not installed)" if _statm_rss() else "no (no psutil, no /proc)"),
+            "malloc_in_use": "yes (glibc mallinfo2)" if malloc_in_use() is not None else "no (not glibc >= 2.33)",
+            "cuda_allocated": "yes" if cuda else no_cuda,
+            "cuda_reserved": "yes" if cuda else no_cuda,
+            "cuda_peak": "yes" if cuda else no_cuda,
+            "alloc_retries": "yes" if cuda else no_cuda,
+            "nvml_used": ("yes" if self.nvml else "no (nvidia-ml-py missing or no NVIDIA driver)") if cuda else no_cuda,
+        }
+
+    def rss(self) -> int | None:
+        if self._proc is not None:
+            return self._proc.memory_info().rss
+        return _statm_rss()
+
+    def cuda_now(self) -> dict[str, float | None]:
+        """The CUDA allocator's counters now (and NVML's device-used); {} on any other device."""
+        if self.device.type != "cuda":
+            return {}
+        stats = torch.cuda.memory_stats(self.device)
+        out = {
+            "cuda_allocated": float(torch.cuda.memory_allocated(self.device)),
+            "cuda_reserved": float(torch.cuda.memory_reserved(self.device)),
+            "alloc_retries": float(stats.get("num_alloc_retries", 0)),
+        }
+        if self.nvml:
+            pynvml, handle = self.nvml
+            out["nvml_used"] = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        return out
+
+    def snapshot(self) -> dict[str, float | None]:
+        """Current counters, in bytes."""
+        snap = {"rss": self.rss(), "malloc_in_use": malloc_in_use()}
+        snap.update(self.cuda_now())
+        return snap

@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ailab.memory.tracker import MemoryTracker, malloc_in_use, trim_malloc
+from ailab.memory.counters import malloc_in_use, trim_malloc
+from ailab.memory.tracker import MemoryTracker
 
 KiB = 1024
 

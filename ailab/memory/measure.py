@@ -17,8 +17,9 @@ from typing import Callable
 
 import torch
 
+from ailab.memory.counters import trim_malloc
 from ailab.memory.estimate import safe_line
-from ailab.memory.tracker import MemoryTracker, trim_malloc
+from ailab.memory.tracker import MemoryTracker
 
 
 def _allocations(prof) -> list[tuple[int, int]]:

@@ -16,6 +16,9 @@ Two rules keep a replica honest:
   failed to load or a batcher's collector died (what `/readyz` reports too), and Ray replaces the replica.
 
 Ray binds 127.0.0.1 unless told otherwise; an API key still guards /metrics, /v1/models and /admin.
+
+At the end, the yardstick: `ray_deployment` and `RayServePredictor`, Ray Serve serving the same predictor with
+its own batcher (@serve.batch), which `ailab bench scale` and `ailab bench peers` compare ailab's server with.
 """
 
 from __future__ import annotations
@@ -285,3 +288,97 @@ class RayCluster:
             ray.shutdown()
             if self.cluster is not None:
                 self.cluster.shutdown()
+
+
+# --------------------------------------------------------------------------- Ray Serve's own batcher, the yardstick
+# `ailab bench scale` and `ailab bench peers` compare ailab's server with Ray Serve serving the same predictor
+# its own way (`deployment` above is the other thing: ailab's whole app, replicated by Ray).
+
+
+def ray_deployment(
+    max_batch_size: int = 32,
+    batch_wait_s: float = 0.010,
+    max_ongoing_requests: int = 64,
+    max_queued_requests: int = 128,
+    autoscaling: dict | None = None,
+    threads: int | None = None,
+):
+    """A Ray Serve deployment of the same predictor ailab.server serves, batched by Ray Serve's own
+    @serve.batch instead of ailab's batcher, one text per request. Built lazily: importing this module must
+    not need Ray."""
+    from ray import serve
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    options = {
+        "max_ongoing_requests": max_ongoing_requests,
+        "max_queued_requests": max_queued_requests,
+        "ray_actor_options": {"num_cpus": 1},
+    }
+    if autoscaling:
+        options["autoscaling_config"] = autoscaling
+    else:
+        options["num_replicas"] = 1
+
+    @serve.deployment(**options)
+    class Sentiment:
+        def __init__(self):
+            import torch
+
+            from ailab.server.predictors import sentiment_predictor
+
+            if threads:
+                torch.set_num_threads(threads)  # Ray sets OMP threads to the actor's num_cpus otherwise
+            self.predictor = sentiment_predictor("torch_eager")
+            self.predictor.warmup(max_batch_size)
+
+        @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_s)
+        async def predict(self, texts: list[str]) -> list[dict]:
+            return self.predictor(texts)
+
+        async def __call__(self, request: Request):
+            body = await request.json()
+            text = body.get("inputs") if isinstance(body, dict) else None
+            if not isinstance(text, str) or not text:
+                return JSONResponse({"error": 'send {"inputs": "one text"}'}, status_code=422)
+            return JSONResponse({"outputs": [await self.predict(text)]})
+
+    return Sentiment
+
+
+class RayServePredictor(RayCluster):
+    """Ray started on loopback only (no dashboard), Serve's HTTP proxy on 127.0.0.1:<free port>, the
+    deployment above (ray_deployment) at /predict."""
+
+    def __init__(self, num_cpus: int = 2, threads: int | None = None, **deployment_kw):
+        # threads=None keeps Ray's default for a num_cpus=1 replica (OMP/torch threads = 1). Forcing 2 torch
+        # threads in the replica was 2x slower here: it fights the HTTP proxy process for the 2 cores.
+        super().__init__(
+            ray_deployment(threads=threads, **deployment_kw).bind(),
+            cpus_per_node=num_cpus,
+            app_name="sentiment",
+            route_prefix="/predict",
+            ready_timeout_s=240.0,
+        )
+
+    def replicas(self) -> int:
+        return sum(self.replica_states().values())
+
+    def processes(self) -> list[int]:
+        """The pid of every Ray process on this machine (raylet, GCS, proxy, controller, replicas)."""
+        import psutil
+
+        pids = []
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if (
+                "ray::" in cmd
+                or "ray/core" in cmd
+                or "raylet" in cmd
+                or "gcs_server" in cmd
+                or "ray/_private" in cmd
+                or "dashboard" in cmd
+                and "ray" in cmd
+            ):
+                pids.append(p.pid)
+        return pids

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from ailab.server.ray_serve import RayCluster
+from ailab.server.ray_serve import RayCluster, RayServePredictor
 
 
 def _texts(n: int = 256) -> list[str]:
@@ -36,92 +36,9 @@ def _texts(n: int = 256) -> list[str]:
 # --------------------------------------------------------------------------- Ray Serve
 
 
-def ray_deployment(
-    max_batch_size: int = 32,
-    batch_wait_s: float = 0.010,
-    max_ongoing_requests: int = 64,
-    max_queued_requests: int = 128,
-    autoscaling: dict | None = None,
-    threads: int | None = None,
-):
-    """A Ray Serve deployment of the same predictor ailab.server serves. Built lazily: importing this
-    module must not need Ray."""
-    from ray import serve
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-
-    options = {
-        "max_ongoing_requests": max_ongoing_requests,
-        "max_queued_requests": max_queued_requests,
-        "ray_actor_options": {"num_cpus": 1},
-    }
-    if autoscaling:
-        options["autoscaling_config"] = autoscaling
-    else:
-        options["num_replicas"] = 1
-
-    @serve.deployment(**options)
-    class Sentiment:
-        def __init__(self):
-            import torch
-
-            from ailab.server import sentiment_predictor
-
-            if threads:
-                torch.set_num_threads(threads)  # Ray sets OMP threads to the actor's num_cpus otherwise
-            self.predictor = sentiment_predictor("torch_eager")
-            self.predictor.warmup(max_batch_size)
-
-        @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_s)
-        async def predict(self, texts: list[str]) -> list[dict]:
-            return self.predictor(texts)
-
-        async def __call__(self, request: Request):
-            body = await request.json()
-            text = body.get("inputs") if isinstance(body, dict) else None
-            if not isinstance(text, str) or not text:
-                return JSONResponse({"error": 'send {"inputs": "one text"}'}, status_code=422)
-            return JSONResponse({"outputs": [await self.predict(text)]})
-
-    return Sentiment
-
-
-class RayServe(RayCluster):
-    """Ray started on loopback only (no dashboard), Serve's HTTP proxy on 127.0.0.1:<free port>, the
-    deployment above at /predict."""
-
-    def __init__(self, num_cpus: int = 2, threads: int | None = None, **deployment_kw):
-        # threads=None keeps Ray's default for a num_cpus=1 replica (OMP/torch threads = 1). Forcing 2 torch
-        # threads in the replica was 2x slower here: it fights the HTTP proxy process for the 2 cores.
-        super().__init__(
-            ray_deployment(threads=threads, **deployment_kw).bind(),
-            cpus_per_node=num_cpus,
-            app_name="sentiment",
-            route_prefix="/predict",
-            ready_timeout_s=240.0,
-        )
-
-    def replicas(self) -> int:
-        return sum(self.replica_states().values())
-
-    def processes(self) -> list[int]:
-        """The pid of every Ray process on this machine (raylet, GCS, proxy, controller, replicas)."""
-        import psutil
-
-        pids = []
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = " ".join(p.info["cmdline"] or [])
-            if (
-                "ray::" in cmd
-                or "ray/core" in cmd
-                or "raylet" in cmd
-                or "gcs_server" in cmd
-                or "ray/_private" in cmd
-                or "dashboard" in cmd
-                and "ray" in cmd
-            ):
-                pids.append(p.pid)
-        return pids
+class RayServe(RayServePredictor):
+    """RayServePredictor (Ray Serve's own batcher over ailab's predictor, at /predict), with the resident memory
+    of its processes read as ailab.bench reads every server's: the peer this suite and `ailab bench peers` run."""
 
     def rss_mib(self) -> float:
         """Resident memory of every Ray process on this machine (see processes()), in MiB."""
