@@ -26,6 +26,14 @@ def test_book_minutes_equal_the_estimate_of_the_text(chapter):
     assert chapter["minutes"] == estimate.minutes
 
 
+def test_the_readme_states_the_course_total_and_range_as_book_yml_has_them():
+    minutes = [ch["minutes"] for ch in CHAPTERS]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    want = f"**The course takes about {round(sum(minutes) / 60)} hours: {sum(minutes)} minutes** over {len(minutes)}"
+    assert want in readme, f"README.md should say: {want} ... (run `make minutes`, then update the README)"
+    assert f"from {min(minutes)} to {max(minutes)} minutes each" in readme
+
+
 def _notebook(path: Path, cells: list[tuple[str, str]]) -> Path:
     path.write_text(json.dumps({"cells": [{"cell_type": k, "source": s, "metadata": {}} for k, s in cells]}))
     return path
