@@ -57,7 +57,9 @@ def schedule(
     the block tables in place; return the plan. `max_num_batched_tokens`: chunked prefill (below); None: none."""
     plan = SchedulerOutput()
     budget = math.inf if max_num_batched_tokens is None else max_num_batched_tokens
-    prefilling = {req.id for req in running if _prefilling(req, blocks)}  # (chunked) before any slot is added
+    # chunked: those still prefilling, found before any slot is added (without a budget every prompt is computed
+    # in the step that admits it, so none is: a plan is then made from the queues and the blocks alone)
+    prefilling = {req.id for req in running if _prefilling(req, blocks)} if max_num_batched_tokens else set()
     i = 0
     while i < len(running):  # 1. a slot for every running request's next token, oldest first
         req = running[i]
