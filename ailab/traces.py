@@ -11,7 +11,8 @@ range (lo, hi) is drawn per request: prompt lengths uniform, output lengths log-
 few long ones, as real traffic has). Arrivals at `rate_rps` are a Poisson process (independent users); at inf
 they all arrive at once.
 
-`prefix_bytes` puts the same text before every prompt (a chat service's system prompt: what prefix caching
+`long_prompt_bytes` makes every `long_every`-th prompt that long instead: a mixed trace, where long prompts
+arrive among short ones (what chunked prefill is for). `prefix_bytes` puts the same text before every prompt (a chat service's system prompt: what prefix caching
 turns into a lookup); `prompt_bytes` is then the part after it that differs.
 
 Sources, both shipped with the course: "bench" (the review snippets every load test sends, ASCII, joined to the
@@ -74,6 +75,8 @@ def make_trace(
     seed: int = 0,
     text: bytes | Sequence[int] | None = None,
     prefix_bytes: int = 0,
+    long_prompt_bytes: int = 0,
+    long_every: int = 8,
 ) -> list[TraceRequest]:
     """`n` requests from `source` ("bench" or "corpus"; `text`: cut from these bytes instead), arriving at
     `rate_rps` (inf: all at once). Draws come from one generator seeded with `seed`, in a fixed order (arrivals,
@@ -84,6 +87,10 @@ def make_trace(
         raise ValueError(f"rate_rps must be > 0 requests/s, or inf; got {rate_rps!r}")
     if not isinstance(prefix_bytes, int) or prefix_bytes < 0:
         raise ValueError(f"prefix_bytes must be a whole number >= 0, got {prefix_bytes!r}")
+    if long_prompt_bytes and not (isinstance(long_every, int) and long_every >= 1 and long_prompt_bytes >= 1):
+        raise ValueError(
+            f"long_every must be >= 1 and long_prompt_bytes >= 1; got {long_every!r}, {long_prompt_bytes!r}"
+        )
     if source not in ("bench", "corpus"):
         raise ValueError(f"source={source!r}; choose 'bench' (the load tests' snippets) or 'corpus' (held-out text)")
     (p_lo, p_hi), (o_lo, o_hi) = _range("prompt_bytes", prompt_bytes), _range("output_tokens", output_tokens)
@@ -96,6 +103,8 @@ def make_trace(
     out = []
     for i in range(n):
         length = p_lo if p_lo == p_hi else int(rng.integers(p_lo, p_hi + 1))
+        if long_prompt_bytes and i % long_every == long_every - 1:  # a mixed trace: one long prompt in long_every
+            length = long_prompt_bytes
         if snippets:
             prompt = _joined(snippets, i, length)
         else:

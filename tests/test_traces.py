@@ -60,3 +60,12 @@ def test_a_cut_of_the_corpus_is_bytes_and_its_text_never_fails():
 def test_bad_arguments_are_refused_with_their_name(kw, words):
     with pytest.raises(ValueError, match=words):
         make_trace(**kw)
+
+
+def test_a_mixed_trace_has_one_long_prompt_in_long_every_and_is_otherwise_the_same():
+    plain = make_trace(24, prompt_bytes=60, output_tokens=16)
+    mixed = make_trace(24, prompt_bytes=60, output_tokens=16, long_prompt_bytes=900, long_every=6)
+    assert [len(t.prompt) for t in mixed] == [900 if i % 6 == 5 else 60 for i in range(24)]
+    assert [t for i, t in enumerate(mixed) if i % 6 != 5] == [t for i, t in enumerate(plain) if i % 6 != 5]
+    with pytest.raises(ValueError, match="long_every"):
+        make_trace(3, long_prompt_bytes=100, long_every=0)

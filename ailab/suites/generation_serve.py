@@ -53,6 +53,21 @@ def parse_args(argv):
         help="the same system prompt of this many bytes before every prompt: a chat trace (e.g. 512)",
     )
     p.add_argument(
+        "--long-prompt-bytes",
+        type=int,
+        default=0,
+        help="a mixed trace: every --long-every-th prompt this long instead (e.g. 900, with --size 8m)",
+    )
+    p.add_argument("--long-every", type=int, default=8, help="with --long-prompt-bytes: one long prompt in so many")
+    p.add_argument(
+        "--compare-chunked-prefill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="two servers, without and with --max-num-batched-tokens N, the same trace on each every round: "
+        "TTFT and the p99 of TPOT and ITL, off over on",
+    )
+    p.add_argument(
         "--prefix-caching",
         choices=("off", "on", "both"),
         default="off",
@@ -303,20 +318,32 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     n = args.requests or (96 if quick else 800)
     rounds = args.rounds or (1 if quick else 3)
-    trace = make_trace(n, args.prompt_bytes, args.output_tokens, prefix_bytes=args.prefix_bytes)  # flat out: all at 0
+    trace = make_trace(
+        n,
+        args.prompt_bytes,
+        args.output_tokens,
+        prefix_bytes=args.prefix_bytes,
+        long_prompt_bytes=args.long_prompt_bytes,
+        long_every=args.long_every,
+    )  # flat out: every arrival at 0
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     threads = args.threads or default_core_threads()  # what ailab serve --generate gives its core
-    if args.prefix_caching == "both":
+    both = {"prefix_caching": args.prefix_caching == "both", "chunked_prefill": args.compare_chunked_prefill}
+    if any(both.values()):
         if args.url:
-            raise SystemExit("--prefix-caching both starts its own two servers; leave out --url")
-        head = {"hardware": describe_hardware().one_line(), "requests": n, "clients": args.clients}
-        head["prompt_bytes"], head["output_tokens"] = args.prompt_bytes, args.output_tokens
-        return {
-            **head,
-            "prefix_bytes": args.prefix_bytes,
-            "prefix_caching": prefix_caching_ab(args, trace, slo, threads),
-        }
+            raise SystemExit(
+                "--prefix-caching both and --compare-chunked-prefill start their own servers; leave out --url"
+            )
+        head = {"hardware": describe_hardware().one_line(), "size": args.size, "requests": n, "clients": args.clients}
+        head.update(prompt_bytes=args.prompt_bytes, output_tokens=args.output_tokens, prefix_bytes=args.prefix_bytes)
+        head.update(long_prompt_bytes=args.long_prompt_bytes, long_every=args.long_every)
+        if both["prefix_caching"]:
+            head["prefix_caching"] = prefix_caching_ab(args, trace, slo, threads)
+        if both["chunked_prefill"]:
+            budget = ["--max-num-batched-tokens", str(args.compare_chunked_prefill)]
+            head["chunked_prefill"] = feature_ab(args, trace, slo, threads, budget)
+        return head
     server, local = None, None
     if args.url is None:
         on = ["--enable-prefix-caching"] if args.prefix_caching == "on" else []
@@ -399,17 +426,19 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     return out
 
 
-def prefix_caching_ab(args, trace, slo: dict, threads: int) -> dict:
-    """The same chat trace through two servers, prefix caching off and on, back to back in every round: TTFT,
-    TPOT and goodput of each, the per-round ratio off / on of median TTFT (its median over the rounds), and the
-    hit rate against the share of every prompt that is the shared prefix."""
+def feature_ab(args, trace, slo: dict, threads: int, flags: list[str]) -> dict:
+    """The same trace through two servers, a feature's `flags` off and on, back to back in every round (the
+    machine's speed drifts over minutes; a ratio is fair only between runs that saw the same machine): each
+    one's figures, and the per-round ratios off / on of median TTFT and of p99 TPOT and ITL, with their medians."""
     from ailab.bench.llm import serve_bench
     from ailab.services import start_ailab_server
 
     base = ["--generate", args.size, "--torch-threads", str(threads)]
-    servers = {
-        "off": start_ailab_server(base),
-        "on": start_ailab_server(base + ["--enable-prefix-caching"]),
+    servers = {"off": start_ailab_server(base), "on": start_ailab_server(base + flags)}
+    ratios = {
+        "ttft_off_over_on": "median_ttft_ms",
+        "tpot_p99_off_over_on": "p99_tpot_ms",
+        "itl_p99_off_over_on": "p99_itl_ms",
     }
     try:
         model = f"ailab-gpt-{args.size}"
@@ -422,20 +451,25 @@ def prefix_caching_ab(args, trace, slo: dict, threads: int) -> dict:
                 before = engine_counters(s.url, None)
                 row[name] = serve_bench(s.url, model, trace, max_concurrency=args.clients).summary(slo)
                 row[name]["server_engine"] = where_it_goes(before, engine_counters(s.url, None))
-            row["ttft_off_over_on"] = row["off"]["median_ttft_ms"] / row["on"]["median_ttft_ms"]
+            row.update({k: row["off"][key] / row["on"][key] for k, key in ratios.items()})
             rows.append(row)
     finally:
         for s in servers.values():
             s.stop()
-    prompt_tokens = sum(len(t.prompt) for t in trace)
-    return {
-        "rounds_detail": rows,
-        "ttft_off_over_on": statistics.median(r["ttft_off_over_on"] for r in rows),
-        "hit_rate": statistics.median(r["on"]["server_engine"]["prefix_cache_hit_rate"] for r in rows),
-        "shared_share": args.prefix_bytes * len(trace) / prompt_tokens,  # what a perfect cache could find
-        "goodput_off": statistics.median(r["off"]["request_goodput"] for r in rows),
-        "goodput_on": statistics.median(r["on"]["request_goodput"] for r in rows),
-    }
+    out = {"flags": flags, "rounds_detail": rows, **{k: statistics.median(r[k] for r in rows) for k in ratios}}
+    for side in ("off", "on"):
+        for key in ("request_goodput", "output_throughput", "median_ttft_ms", "p99_tpot_ms", "p99_itl_ms"):
+            out[f"{key}_{side}"] = statistics.median(r[side][key] for r in rows)
+    return out
+
+
+def prefix_caching_ab(args, trace, slo: dict, threads: int) -> dict:
+    """Prefix caching off and on over a chat trace: feature_ab's figures, and the hit rate against the share of
+    every prompt that is the shared prefix (what a perfect cache could find)."""
+    out = feature_ab(args, trace, slo, threads, ["--enable-prefix-caching"])
+    out["hit_rate"] = statistics.median(r["on"]["server_engine"]["prefix_cache_hit_rate"] for r in out["rounds_detail"])
+    out["shared_share"] = args.prefix_bytes * len(trace) / sum(len(t.prompt) for t in trace)
+    return out
 
 
 def _median_row(rows) -> dict:
