@@ -89,7 +89,9 @@ class PrefixCachingAllocator(BlockAllocator):
         return hit
 
     def can_allocate(self, tokens: int, token_ids: Sequence[int] | None = None) -> bool:
-        hit = self.cache_hit(token_ids) if token_ids is not None else []
+        return self._fits(tokens, self.cache_hit(token_ids) if token_ids is not None else [])
+
+    def _fits(self, tokens: int, hit: list[int]) -> bool:
         taken_from_free = sum(self.ref_count[b] == 0 for b in hit)  # a cached block nobody holds sits in the queue
         return self.blocks_for(tokens) - len(hit) + taken_from_free <= len(self.free_blocks)
 
@@ -98,9 +100,9 @@ class PrefixCachingAllocator(BlockAllocator):
             raise ValueError(f"sequence {seq!r} already has blocks; free it first")
         if tokens < 1:
             raise ValueError(f"a sequence starts with at least one token, got {tokens}")
-        if not self.can_allocate(tokens, token_ids):
+        hit = self.cache_hit(token_ids) if token_ids is not None else []  # the hash chain, walked once here
+        if not self._fits(tokens, hit):
             raise OutOfBlocks(self.blocks_for(tokens), len(self.free_blocks))
-        hit = self.cache_hit(token_ids) if token_ids is not None else []
         for b in hit:
             if self.ref_count[b] == 0:
                 self.free_blocks.remove(b)
