@@ -728,3 +728,51 @@ def test_gather_blocks_is_the_block_index_in_eager_and_compiled_form():
         assert torch.equal(gather_blocks(store, table, bs), want)
         compiled = torch.compile(gather_blocks, backend="eager", dynamic=False)  # traces the compiled branch
         assert torch.equal(compiled(store, table, bs), want)
+
+
+def test_width_groups_keep_like_widths_together_and_a_long_table_apart():
+    from ailab.generation.paged import width_groups
+
+    assert width_groups([3, 3, 4, 3]) == [[0, 1, 3, 2]]  # padding 3 blocks costs less than a group
+    assert width_groups([7, 7, 57, 7, 7], group_cost=16) == [[0, 1, 3, 4], [2]]  # 4 x 50 blocks of padding
+    assert width_groups([5, 1, 9], group_cost=0) == [[1], [0], [2]]
+    assert width_groups([2]) == [[0]]
+
+
+@pytest.mark.parametrize("group_cost", [0, 1000])  # every width apart; all in one padded batch
+def test_views_attend_alike_in_one_batch_or_in_groups_of_like_widths(model, monkeypatch, group_cost):
+    # sequences of 3, 40 and 90 tokens in blocks of 4: a decode step and a packed step (a chunk of a long prompt
+    # whose blocks are all reserved, beside decodes), against each whole sequence's contiguous forward
+    from ailab.generation import decode_paged, prefill_paged, step_paged
+    from ailab.generation import paged as paged_mod
+
+    monkeypatch.setattr(paged_mod, "GROUP_COST_BLOCKS", group_cost)
+    seqs = {name: ids_of(n, seed=i)[0].tolist() for i, (name, n) in enumerate(zip("abc", (3, 40, 90)))}
+
+    def last_logits(tokens):
+        whole = torch.tensor([tokens])
+        return prefill(model, KVCache.for_model(model, batch=1, max_len=whole.shape[1]), whole)[0]
+
+    paged = PagedKVCache.for_model(model, 96, 4)
+    for name, toks in seqs.items():  # all but the last token cached, then one decode step for all three
+        paged.allocator.allocate(name, len(toks) - 1)
+        prefill_paged(model, paged.view([name], len(toks) - 1), torch.tensor([toks[:-1]]))
+        paged.allocator.append(name)
+    view = paged.view(list(seqs), 1)
+    assert (view.groups is None) == (group_cost == 1000)
+    got = decode_paged(model, view, torch.tensor([[toks[-1]] for toks in seqs.values()]))
+    for row, toks in zip(got, seqs.values()):
+        assert torch.allclose(row, last_logits(toks), atol=1e-5)
+
+    long = ids_of(120, seed=9)[0].tolist()  # reserved whole, its tokens 40 to 60 computed in this step
+    paged.allocator.allocate("d", 120)
+    prefill_paged(model, paged.view(["d"], 120), torch.tensor([long]))  # fills every slot; 40..59 rewritten
+    for name in seqs:
+        paged.allocator.append(name)
+    more = {name: ids_of(1, seed=20 + i)[0].tolist() for i, name in enumerate(seqs)}
+    ids = torch.tensor([long[40:60] + [t for m in more.values() for t in m]])
+    view = paged.packed_view(["d", *seqs], [20, 1, 1, 1], [40, *(len(t) for t in seqs.values())])
+    got = step_paged(model, view, ids)
+    assert torch.allclose(got[0], last_logits(long[:60]), atol=1e-5)
+    for row, (name, toks) in zip(got[1:], seqs.items()):
+        assert torch.allclose(row, last_logits(toks + more[name]), atol=1e-5)

@@ -101,10 +101,14 @@ class BlockAllocator:
     def reserved_tokens(self) -> int:
         return sum(len(t) for t in self.tables.values()) * self.block_size
 
-    def table_tensor(self, seqs: Sequence[Hashable], device="cpu") -> torch.Tensor:
-        """(B, max blocks) block ids, padded with block 0 (the padding is masked out by position)."""
-        width = max(len(self.tables[s]) for s in seqs)
-        return torch.tensor([self.tables[s] + [0] * (width - len(self.tables[s])) for s in seqs], device=device)
+    def table_tensor(self, seqs: Sequence[Hashable], device="cpu", tokens: Sequence[int] | None = None) -> torch.Tensor:
+        """(B, max blocks) block ids, padded with block 0 (the padding is masked out by position). `tokens`: only
+        the blocks that hold each sequence's first so many tokens (a prompt's chunk attends to no block past it)."""
+        rows = [self.tables[s] for s in seqs]
+        if tokens is not None:
+            rows = [row[: self.blocks_for(n)] for row, n in zip(rows, tokens)]
+        width = max(len(row) for row in rows)
+        return torch.tensor([row + [0] * (width - len(row)) for row in rows], device=device)
 
 
 class PagedKVCache:
@@ -171,6 +175,29 @@ def gather_blocks(store: torch.Tensor, table: torch.Tensor, block_size: int) -> 
     return torch.index_select(blocks, 0, table.reshape(-1)).view(B, n * block_size, H, D)
 
 
+# What attending one more group of sequences costs, in blocks gathered: a group's gathers, mask and attention are
+# a handful of operations per layer whatever its size (see width_groups).
+GROUP_COST_BLOCKS = 16
+
+
+def width_groups(widths: Sequence[int], group_cost: int | None = None) -> list[list[int]]:
+    """The sequences (indices into `widths`, each a block table's width in blocks) split into groups that attend
+    apart, narrowest first. Sequences attended together are padded to the widest of them: one 900-token sequence
+    among seven of 100 made every one of them gather and attend over 900 slots, and a decode step cost 6x what it
+    did without it (8m model, 2 cores). A sequence starts a group of its own when joining the last one would pad
+    that group by more blocks than a group of its own costs."""
+    group_cost = GROUP_COST_BLOCKS if group_cost is None else group_cost
+    order = sorted(range(len(widths)), key=widths.__getitem__)
+    groups = [[order[0]]]
+    for i in order[1:]:
+        last = groups[-1]
+        if len(last) * (widths[i] - widths[last[-1]]) > group_cost:
+            groups.append([i])
+        else:
+            last.append(i)
+    return groups
+
+
 class PagedView:
     def __init__(self, cache: PagedKVCache, seqs: Sequence[Hashable], new_tokens: int):
         a, device = cache.allocator, cache.k.device
@@ -184,6 +211,13 @@ class PagedView:
             self.table.gather(1, self.positions // a.block_size) * a.block_size + self.positions % a.block_size
         )  # (B, T)
         self.block_size, self.cache = a.block_size, cache
+        # eager steps attend in groups of like widths; a compiled step keeps one padded batch (one graph)
+        groups = width_groups([len(a.tables[s]) for s in seqs])
+        self.groups = (
+            [(torch.tensor(g, device=device), a.table_tensor([seqs[i] for i in g], device)) for g in groups]
+            if len(groups) > 1
+            else None
+        )
 
     def attend(self, layer: int, q, k, v, scale: float):
         B, H, T, D = k.shape
@@ -192,15 +226,24 @@ class PagedView:
         if torch.compiler.is_compiling():
             store_kv(self.cache.k, layer, self.new_slots.reshape(-1), new_k)
             store_kv(self.cache.v, layer, self.new_slots.reshape(-1), new_v)
-        else:
-            store_k[self.new_slots.reshape(-1)], store_v[self.new_slots.reshape(-1)] = new_k, new_v
+            return self._attend(layer, q, self.table, self.positions, scale)
+        store_k[self.new_slots.reshape(-1)], store_v[self.new_slots.reshape(-1)] = new_k, new_v
+        if self.groups is None:
+            return self._attend(layer, q, self.table, self.positions, scale)
+        y = torch.empty_like(q)  # (B, H, T, D)
+        for rows, table in self.groups:
+            y.index_copy_(0, rows, self._attend(layer, q[rows], table, self.positions[rows], scale))
+        return y
+
+    def _attend(self, layer: int, q, table, positions, scale: float):
+        """q (B, H, T, D) over the blocks of `table` (B, blocks), each query at its `positions` (B, T)."""
         # Gathered a whole block at a time (one index per block, not per token): S is the longest table's
         # blocks * block_size; slots past a sequence's length (a tail, or block-0 padding) are masked out.
-        width = self.table.shape[1] * self.block_size
-        keys = gather_blocks(store_k, self.table, self.block_size).transpose(1, 2)  # (B, H, S, D)
-        values = gather_blocks(store_v, self.table, self.block_size).transpose(1, 2)
+        width = table.shape[1] * self.block_size
+        keys = gather_blocks(self.cache.k[layer], table, self.block_size).transpose(1, 2)  # (B, H, S, D)
+        values = gather_blocks(self.cache.v[layer], table, self.block_size).transpose(1, 2)
         key_pos = torch.arange(width, device=q.device)
-        allowed = key_pos[None, None, :] <= self.positions[:, :, None]  # (B, T, S)
+        allowed = key_pos[None, None, :] <= positions[:, :, None]  # (B, T, S)
         return masked_attention(q, keys, values, allowed[:, None], scale)
 
 
@@ -236,11 +279,25 @@ class PackedView:
         self.last = torch.tensor([e - 1 for e in ends], device=device)  # (B,) where each one's next-token logits are
         decodes = [i for i, n in enumerate(counts) if n == 1]
         prompts = [i for i, n in enumerate(counts) if n > 1]
+        # each kind split by the blocks its tokens attend to (a chunk: only those up to its end; width_groups)
+        groups = [
+            [kind[j] for j in g]
+            for kind in (decodes, prompts)
+            if kind
+            for g in width_groups([a.blocks_for(held[i]) for i in kind])
+        ]
         self.groups = sorted(
             (
-                _Group(a, [seqs[i] for i in g], [counts[i] for i in g], [ends[i] for i in g], positions, device)
-                for g in (decodes, prompts)
-                if g
+                _Group(
+                    a,
+                    [seqs[i] for i in g],
+                    [counts[i] for i in g],
+                    [ends[i] for i in g],
+                    [held[i] for i in g],
+                    positions,
+                    device,
+                )
+                for g in groups
             ),
             key=lambda g: g.first,
         )
@@ -280,7 +337,9 @@ class _Group:
     cell's position (a padding cell's is 0, so it attends to one real key and its softmax stays finite; its
     output is dropped) and the sequences' block tables."""
 
-    def __init__(self, alloc: BlockAllocator, seqs, counts: list[int], ends: list[int], positions: list[int], device):
+    def __init__(
+        self, alloc: BlockAllocator, seqs, counts: list[int], ends: list[int], held: list[int], positions, device
+    ):
         B, T = len(seqs), max(counts)
         tokens = [t for n, e in zip(counts, ends) for t in range(e - n, e)]
         cells = [b * T + j for b, n in enumerate(counts) for j in range(n)]
@@ -292,7 +351,7 @@ class _Group:
         self.tokens = torch.tensor(tokens, device=device)  # (n,)
         self.cells = None if len(cells) == B * T else torch.tensor(cells, device=device)  # (n,)
         self.positions = torch.tensor(grid_positions, device=device).view(B, T)  # (B, T)
-        self.table = alloc.table_tensor(seqs, device)  # (B, blocks)
+        self.table = alloc.table_tensor(seqs, device, held)  # (B, blocks): up to each one's last new token
 
     def to_grid(self, row: torch.Tensor) -> torch.Tensor:
         """(N, H, D) packed -> (B*T, H, D) this group's grid."""
