@@ -112,3 +112,25 @@ def test_a_generation_soak_is_flat():
     per_1000 = sk.rss_slope_mb_per_min / (sk.load.rps * 60) * 1000
     assert sk.load.n_ok >= 1000 and sk.load.n_ok == sk.load.n, (sk.load.n_ok, sk.load.n)
     assert per_1000 < 1.0, (per_1000, sk.samples)
+
+
+def test_the_bare_decode_step_is_timed_with_every_seat_decoding_and_nothing_admitted():
+    from ailab.generation import Decoder
+    from ailab.models import tiny_gpt
+    from ailab.suites.generation_serve import bare_decode_step_ms
+
+    ms = bare_decode_step_ms(Decoder(tiny_gpt("1m")), seats=4, context=20, steps=5)
+    assert 0 < ms < 5_000
+
+
+def test_peers_generation_names_each_feature_as_each_server_does():
+    from ailab.suites import peers_generation as peers
+
+    assert peers.ailab_feature_flags(64) == ["--enable-prefix-caching", "--max-num-batched-tokens", "64"]
+    on = peers.vllm_feature_flags(True, 64, 16)
+    assert "--enable-prefix-caching" in on and "--enable-chunked-prefill" in on
+    assert on[on.index("--max-num-batched-tokens") + 1] == "64"
+    off = peers.vllm_feature_flags(False, 64, 16)  # vLLM's own defaults have both on: off says so
+    assert "--no-enable-prefix-caching" in off and "--no-enable-chunked-prefill" in off
+    args = peers.parse_args(["--trace", "mixed", "--features", "both"])
+    assert (args.trace, args.features, args.long_prompt_bytes) == ("mixed", "both", 1000)

@@ -118,6 +118,18 @@ def in_process(
     }
 
 
+def bare_decode_step_ms(model, seats: int, context: int, steps: int = 30) -> float:
+    """The median time of a decode step of `seats` sequences `context` tokens deep with nothing admitted beside
+    it, in this process: the floor a server's time per output token is held against (chunked prefill's target)."""
+    from ailab.generation import EngineCore, Request
+
+    core = EngineCore.for_model(model, max_running=seats)
+    for i in range(seats):
+        core.add_request(Request(i, [(7 * i + j) % 256 for j in range(context)], steps + 5))
+    core.step()  # every prompt, in one admitting step
+    return statistics.median(core.step().times.total_s for _ in range(steps)) * 1e3
+
+
 def engine_counters(url: str, headers: dict | None) -> dict:
     import httpx
 
@@ -341,8 +353,25 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         if both["prefix_caching"]:
             head["prefix_caching"] = prefix_caching_ab(args, trace, slo, threads)
         if both["chunked_prefill"]:
+            import torch
+
+            from ailab.generation import Decoder
+            from ailab.models import tiny_gpt
+            from ailab.server.generation_policy import DEFAULT_SEATS
+
+            torch.set_num_threads(threads)  # as the server's core runs
+            local = Decoder(tiny_gpt(args.size).to(pick_device()))
+            context = args.prompt_bytes + args.output_tokens // 2  # a short request half way through its answer
+
+            def bare() -> float:
+                return bare_decode_step_ms(local, DEFAULT_SEATS, context)
+
             budget = ["--max-num-batched-tokens", str(args.compare_chunked_prefill)]
-            head["chunked_prefill"] = feature_ab(args, trace, slo, threads, budget)
+            head["chunked_prefill"] = ab = feature_ab(args, trace, slo, threads, budget, baseline=bare)
+            ab["bare_decode_step_ms"] = statistics.median(r["bare_decode_step_ms"] for r in ab["rounds_detail"])
+            ab["tpot_p99_on_over_bare"] = statistics.median(
+                r["on"]["p99_tpot_ms"] / r["bare_decode_step_ms"] for r in ab["rounds_detail"]
+            )
         return head
     server, local = None, None
     if args.url is None:
@@ -426,10 +455,11 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     return out
 
 
-def feature_ab(args, trace, slo: dict, threads: int, flags: list[str]) -> dict:
+def feature_ab(args, trace, slo: dict, threads: int, flags: list[str], baseline=None) -> dict:
     """The same trace through two servers, a feature's `flags` off and on, back to back in every round (the
     machine's speed drifts over minutes; a ratio is fair only between runs that saw the same machine): each
-    one's figures, and the per-round ratios off / on of median TTFT and of p99 TPOT and ITL, with their medians."""
+    one's figures, and the per-round ratios off / on of median TTFT and of p99 TPOT and ITL, with their medians.
+    `baseline`: measured in every round too, between the two (row "bare_decode_step_ms")."""
     from ailab.bench.llm import serve_bench
     from ailab.services import start_ailab_server
 
@@ -451,6 +481,8 @@ def feature_ab(args, trace, slo: dict, threads: int, flags: list[str]) -> dict:
                 before = engine_counters(s.url, None)
                 row[name] = serve_bench(s.url, model, trace, max_concurrency=args.clients).summary(slo)
                 row[name]["server_engine"] = where_it_goes(before, engine_counters(s.url, None))
+                if baseline is not None and name == "off":
+                    row["bare_decode_step_ms"] = baseline()
             row.update({k: row["off"][key] / row["on"][key] for k, key in ratios.items()})
             rows.append(row)
     finally:

@@ -11,6 +11,15 @@
            TTFT / TPOT / ITL / end-to-end p50 and p99, goodput under the SLO. Memory: each server's resident set in
            MiB (its process tree: both run their engine in a child process) after the rounds.
 Without vLLM it says why (`vllm: {"skipped": ...}`) and measures ailab alone.
+
+  --trace      plain (every prompt its own), chat (a system prompt of --prefix-bytes shared by every prompt) or
+               mixed (one prompt of --long-prompt-bytes in every --long-every, among short ones; needs 8m or 30m,
+               whose 1,024 positions hold it)
+  --features   on: each server with its prefix caching and chunked prefill (a budget of --max-num-batched-tokens
+               tokens a step), as each names them (ailab: --enable-prefix-caching --max-num-batched-tokens N;
+               vLLM: --enable-prefix-caching --enable-chunked-prefill --max-num-batched-tokens N); off: both off
+               (vLLM switches them on by default: --no-enable-...); both: four servers, every round through each;
+               defaults (the default): each server as its defaults have it (ailab: off; vLLM: on, its own budget).
 """
 
 from __future__ import annotations
@@ -53,6 +62,17 @@ def parse_args(argv):
         help="ailab serve --generate-seats (default: --clients, so no request waits for a seat; vLLM keeps its own)",
     )
     p.add_argument("--prompt-bytes", type=int, default=60, help="prompt length in bytes = tokens (default 60)")
+    p.add_argument("--trace", choices=("plain", "chat", "mixed"), default="plain", help="the prompts (above)")
+    p.add_argument("--prefix-bytes", type=int, default=384, help="chat: the shared system prompt (default 384)")
+    p.add_argument("--long-prompt-bytes", type=int, default=1000, help="mixed: a long prompt (default 1000)")
+    p.add_argument("--long-every", type=int, default=8, help="mixed: one long prompt in so many (default 8)")
+    p.add_argument(
+        "--features",
+        choices=("defaults", "off", "on", "both"),
+        default="defaults",
+        help="prefix caching, chunked prefill",
+    )
+    p.add_argument("--max-num-batched-tokens", type=int, default=64, help="features on: tokens a step (default 64)")
     p.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request (default 32)")
     p.add_argument("--slo-ttft-ms", type=float, default=200.0, help="goodput: time to first token at most (ms)")
     p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="goodput: time per output token at most (ms)")
@@ -129,7 +149,14 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     n = args.requests or (48 if quick else 800)
     rounds = args.rounds or (1 if quick else 3)
-    trace = make_trace(n, args.prompt_bytes, args.output_tokens)
+    trace = make_trace(
+        n,
+        args.prompt_bytes,
+        args.output_tokens,
+        prefix_bytes=args.prefix_bytes if args.trace == "chat" else 0,
+        long_prompt_bytes=args.long_prompt_bytes if args.trace == "mixed" else 0,
+        long_every=args.long_every,
+    )
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     name = f"ailab-gpt-{args.size}"
     folder = scratch_dir("peers-generation")
@@ -145,22 +172,36 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         "rounds": rounds,
         "prompt_bytes": args.prompt_bytes,
         "output_tokens": args.output_tokens,
+        "trace": args.trace,
+        "features": args.features,
         "slo_ms": slo,
     }
+    if args.trace == "chat":
+        out["prefix_bytes"] = args.prefix_bytes
+    if args.trace == "mixed":
+        out.update(long_prompt_bytes=args.long_prompt_bytes, long_every=args.long_every)
+    seats = args.ailab_seats or args.clients
+    settings = {"defaults": [False], "off": [False], "on": [True], "both": [False, True]}[args.features]
     servers = {}
     try:
-        servers["ailab"] = start_ailab_server(
-            ["--generate", args.size, "--generate-weights", str(weights), "--generate-sha256", sha]
-            + ["--served-model-name", name, "--generate-seats", str(args.ailab_seats or args.clients)]
-        )
+        for on in settings:
+            servers[_name("ailab", on)] = start_ailab_server(
+                ["--generate", args.size, "--generate-weights", str(weights), "--generate-sha256", sha]
+                + ["--served-model-name", name, "--generate-seats", str(seats)]
+                + (ailab_feature_flags(args.max_num_batched_tokens) if on else [])
+            )
         problem = vllm_problem(args.vllm_python)
-        if problem is None:
+        for on in settings if problem is None else []:
             t_start = time.perf_counter()
-            servers["vllm"] = start_vllm_server(args.vllm_python, hf, name)
-            out["vllm_start_s"] = round(time.perf_counter() - t_start, 1)
-        else:
+            flags = vllm_feature_flags(on, args.max_num_batched_tokens, seats) if args.features != "defaults" else []
+            servers[_name("vllm", on)] = start_vllm_server(
+                args.vllm_python, hf, name, max_model_len=trained.model.config.n_positions, extra_args=flags
+            )
+            out[f"{_name('vllm', on)}_start_s"] = round(time.perf_counter() - t_start, 1)
+        if problem is not None:
             out["vllm"] = {"skipped": problem}
         urls = {k: s.url for k, s in servers.items()}
+        has_vllm = problem is None
         prompt = trace[0].text
         answers = {k: greedy_answer(u, name, prompt) for k, u in urls.items()}
         out["greedy_answer"] = answers
@@ -173,7 +214,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
             row = {}
             for k in order:
                 row[f"{k}/ailab_client"] = serve_bench(urls[k], name, trace, max_concurrency=args.clients).summary(slo)
-                if "vllm" in servers:
+                if has_vllm:
                     row[f"{k}/vllm_client"] = vllm_bench(
                         args.vllm_python, urls[k], name, trace, args.clients, slo, _fresh(folder / f"bench-{k}-{i}")
                     )
@@ -182,20 +223,55 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         for key in rows[0]:
             out[key] = {k: v for k, v in _median_row(r[key] for r in rows).items() if k in KEYS}
         out["rss_mib"] = {k: round(s.rss_mib(), 1) for k, s in servers.items()}
-        if "vllm" in servers:
-            out["ailab_over_vllm"] = {
-                client: {
-                    k: statistics.median(r[f"ailab/{client}"][k] / r[f"vllm/{client}"][k] for r in rows)
-                    for k in KEYS
-                    if all(r[f"vllm/{client}"].get(k) for r in rows)
-                }
-                for client in ("ailab_client", "vllm_client")
-            }
+        for on in settings:  # ailab against vLLM, feature for feature
+            a, v = _name("ailab", on), _name("vllm", on)
+            if v in servers:
+                out[f"{a}_over_{v}"] = _ratios(rows, a, v, has_vllm)
+        if len(settings) == 2:  # each server with its features on against off
+            for server in ("ailab", "vllm"):
+                if server in servers:
+                    out[f"{server}_features_on_over_off"] = _ratios(rows, _name(server, True), server, has_vllm)
     finally:
         for s in servers.values():
             s.stop()
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def _name(server: str, features: bool) -> str:
+    return server + ("+features" if features else "")
+
+
+def ailab_feature_flags(budget: int) -> list[str]:
+    return ["--enable-prefix-caching", "--max-num-batched-tokens", str(budget)]
+
+
+def vllm_feature_flags(on: bool, budget: int, seats: int) -> list[str]:
+    """vLLM's names for the same features. Its V1 engine turns both on by default, so off must say so; its seats
+    are set to ailab's (vLLM refuses a token budget below its seats, 256 by default on a CPU)."""
+    if not on:
+        return ["--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--max-num-seqs", str(seats)]
+    return [
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--max-num-batched-tokens",
+        str(budget),
+        "--max-num-seqs",
+        str(min(seats, budget)),
+    ]
+
+
+def _ratios(rows: list[dict], a: str, b: str, both_clients: bool) -> dict:
+    """The median over rounds of each figure's ratio a / b, per client."""
+    clients = ("ailab_client", "vllm_client") if both_clients else ("ailab_client",)
+    return {
+        client: {
+            k: statistics.median(r[f"{a}/{client}"][k] / r[f"{b}/{client}"][k] for r in rows)
+            for k in KEYS
+            if all(r[f"{b}/{client}"].get(k) for r in rows)
+        }
+        for client in clients
+    }
 
 
 if __name__ == "__main__":  # python -m ailab.suites.peers_generation ...: the same as ailab bench
