@@ -197,3 +197,65 @@ def alert_figure(results, title: str) -> go.Figure:
     )
     fig.update_xaxes(title_text="seconds since recording started", row=len(results), col=1)
     return fig
+
+
+def prefix_ttft_figure(rows: Sequence[Mapping], samples: Mapping[int, Sequence[float]], prompt_tokens: int):
+    """TTFT of one prompt against how many of its tokens the prefix cache served (rows and samples:
+    ailab.generation.measure.ttft_by_cached_prefix): the median per size, each round's time as a dot, and on
+    the right the tokens the step still computed."""
+    x = [r["served"] for r in rows]
+    fig = line_chart(
+        x,
+        {"TTFT, median of the rounds": [r["ttft_ms"] for r in rows]},
+        f"TTFT of a {prompt_tokens}-token prompt by how much of it is already cached",
+        "prompt tokens served from the cache",
+        "TTFT (ms)",
+        right={"prompt tokens computed": [r["computed"] for r in rows]},
+        right_title="tokens computed",
+    )
+    dots = [(r["served"], t) for r in rows for t in samples[r["cached"]]]
+    fig.add_trace(
+        go.Scatter(
+            x=[d[0] for d in dots], y=[d[1] for d in dots], mode="markers", name="each round",
+            marker={"size": 5, "opacity": 0.35},
+        )
+    )  # fmt: skip
+    return fig
+
+
+def hit_rate_figure(rows: Sequence[Mapping]) -> go.Figure:
+    """Prefix-cache hit rate against the share of the prompts' tokens that is the shared prefix, one point per
+    prefix size (rows: ailab.generation.measure.chat_trace_run's), beside y = x: a cache that served every
+    shared token of every request."""
+    share = [r["shared_share"] for r in rows]
+    fig = line_chart(
+        share,
+        {"hit rate (tokens served / tokens asked for)": [r["hit_rate"] for r in rows]},
+        "Prefix-cache hit rate against the shared share of the prompts",
+        "shared share of the prompts' tokens",
+        "hit rate",
+    )
+    fig.data[0].text = [f"{r['prefix_bytes']} B" for r in rows]
+    fig.data[0].mode, fig.data[0].textposition = "lines+markers+text", "top left"
+    top = max(share + [0.0]) or 1.0
+    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="every shared token served (y = x)",
+                             line={"dash": "dash", "color": "grey"}))  # fmt: skip
+    return fig
+
+
+def step_times_figure(runs: Mapping[str, Sequence[Mapping]], prefilling: int, title: str) -> go.Figure:
+    """Each step's wall time against when it started, one line per run (runs: name -> the steps of
+    ailab.generation.measure.run_by_steps): every decode in a step waits that long for its next token. The steps
+    that computed part of request `prefilling`'s prompt are marked."""
+    fig = line_chart([], {}, title, "ms since the run began", "the step's time (ms): each decode's wait")
+    for name, steps in runs.items():
+        fig.add_trace(go.Scatter(x=[s["start_ms"] for s in steps], y=[s["ms"] for s in steps], mode="lines+markers",
+                                 name=name, marker={"size": 4}))  # fmt: skip
+        marked = [s for s in steps if any(rid == prefilling for rid, _ in s["prefill"])]
+        fig.add_trace(
+            go.Scatter(
+                x=[s["start_ms"] for s in marked], y=[s["ms"] for s in marked], mode="markers",
+                name=f"{name}: a step that computed the long prompt", marker={"size": 10, "symbol": "circle-open"},
+            )
+        )  # fmt: skip
+    return fig

@@ -74,3 +74,32 @@ def test_the_alert_figure_draws_one_panel_per_rule_and_shades_firing():
     assert len(fig.data) == 2 and len(fig.layout.annotations) == 2  # one panel (and title) per rule
     firing = sum(1 for _, state, _ in result.states if state == "firing")
     assert firing and sum(1 for s in fig.layout.shapes if s.type == "rect") == 2 * firing
+
+
+def test_the_prefix_cache_figures_draw_what_they_are_given():
+    rows = [
+        {"cached": k, "served": min(k, 12), "computed": 16 - min(k, 12), "ttft_ms": 9.0 - k / 4} for k in (0, 8, 16)
+    ]
+    fig = viz.prefix_ttft_figure(rows, {0: [9.0, 9.5], 8: [7.0, 7.2], 16: [5.0, 5.1]}, 16)
+    median, computed, dots = fig.data
+    assert list(median.x) == [0, 8, 12] and computed.yaxis == "y2" and list(computed.y) == [16, 8, 4]
+    assert len(dots.x) == 6 and dots.mode == "markers" and "16-token prompt" in fig.layout.title.text
+    chats = [{"prefix_bytes": p, "shared_share": s, "hit_rate": h} for p, s, h in ((0, 0.0, 0.0), (64, 0.5, 0.45))]
+    fig = viz.hit_rate_figure(chats)
+    assert list(fig.data[0].y) == [0.0, 0.45] and list(fig.data[0].text) == ["0 B", "64 B"]
+    assert list(fig.data[1].x) == list(fig.data[1].y) == [0, 0.5], "the y = x line spans the shares"
+
+
+def test_the_step_times_figure_marks_the_steps_that_computed_the_long_prompt():
+    steps = [
+        {"start_ms": 0.0, "ms": 5.0, "prefill": [], "decode": [0, 1]},
+        {"start_ms": 5.0, "ms": 90.0, "prefill": [(7, 900)], "decode": [0, 1]},
+        {"start_ms": 95.0, "ms": 5.0, "prefill": [], "decode": [0, 1, 7]},
+    ]
+    chunked = [dict(s, prefill=[(7, 57)] if s["prefill"] else []) for s in steps]
+    fig = viz.step_times_figure({"no budget": steps, "budget 64": chunked}, 7, "t")
+    assert [t.name for t in fig.data] == [
+        "no budget", "no budget: a step that computed the long prompt",
+        "budget 64", "budget 64: a step that computed the long prompt",
+    ]  # fmt: skip
+    assert list(fig.data[0].y) == [5.0, 90.0, 5.0] and list(fig.data[1].x) == [5.0] and list(fig.data[3].y) == [90.0]

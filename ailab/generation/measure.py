@@ -7,10 +7,20 @@ cache_vs_recompute      per-token decode time with the cache vs recomputing the 
 prefill_vs_decode       tokens/s of both phases and their arithmetic intensity, for the roofline
 paged_waste             KV slots reserved vs used by the real allocator on a mix of lengths
 count_ops               tensor operations a call runs (a decode step's are as many at batch 1 as at 16)
+
+Prefix caching and chunked prefill (notebooks 5/04 and 5/05), on the engine core with requests arriving by step:
+run_by_steps            a run's every step (its plan: who prefilled how many tokens, who decoded; its wall time)
+                        and every token's time: TTFT, ITL and TPOT per request, prefix-cache hits in tokens
+ttft_by_cached_prefix   TTFT of one prompt against how many of its first tokens an earlier request left cached
+chat_trace_run          a chat trace (one system prompt before every prompt): hit rate against the shared share
+chat_rounds             that trace without and with prefix caching, in interleaved rounds (TTFT p50, tokens)
+budget_rounds           the same arrivals under token budgets (chunked prefill), in interleaved rounds: ITL and
+                        TPOT of the decodes, TTFT of a long prompt
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -206,3 +216,201 @@ def paged_waste(lengths: Sequence[int], block_size: int = 16, max_len: int = 102
         "waste_frac_max": 1 - used / (max_len * len(lengths)),
         "block_size": block_size,
     }
+
+
+# Prefix caching and chunked prefill, measured in process (notebooks 5/04 and 5/05). Requests arrive *by step*, so
+# two runs of the same requests plan the same steps and only the clock differs between them.
+
+
+@dataclass
+class StepRun:
+    """One run of the engine core: each step's plan and wall time, each request's token times (ms from the start).
+
+    `steps[k]`: {"step", "start_ms", "ms", "prefill": [(id, tokens computed)], "decode": [ids], "tokens": computed
+    in all, "made": [ids of the requests that got a token]}."""
+
+    steps: list[dict]
+    added_ms: dict[int, float]  # request id -> when it was added (its arrival)
+    token_ms: dict[int, list[float]]  # request id -> the end of each step that made one of its tokens
+    outputs: dict[int, list[int]]  # request id -> its tokens
+    hits: int = 0  # prefix cache: prompt tokens found cached, and asked for (0 without a prefix cache)
+    queries: int = 0
+
+    def ttft_ms(self, rid: int) -> float:
+        return self.token_ms[rid][0] - self.added_ms[rid]
+
+    def itl_ms(self, rids: Sequence[int] | None = None) -> list[float]:
+        """Every gap between two consecutive tokens of the given requests (all: None)."""
+        rids = list(self.token_ms) if rids is None else rids
+        return [float(g) for r in rids for g in np.diff(self.token_ms[r])]
+
+    def tpot_ms(self, rid: int) -> float:
+        t = self.token_ms[rid]
+        return (t[-1] - t[0]) / (len(t) - 1)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+def run_by_steps(
+    model,
+    arrivals: dict[int, list],
+    prefix_caching: bool = False,
+    max_num_batched_tokens: int | None = None,
+    num_blocks: int = 256,
+    block_size: int = 16,
+    max_running: int = 8,
+) -> StepRun:
+    """Serve `arrivals` (step k -> the Requests added before step k) on a fresh EngineCore until it is idle,
+    recording every step's plan (who prefilled how many tokens, who decoded) and wall time. The requests are
+    copied: the same arrivals can be served again, with another setting."""
+    import copy
+    import time
+
+    from ailab.generation.engine_core import EngineCore
+    from ailab.generation.plan import schedule
+
+    arrivals = {k: [copy.deepcopy(r) for r in reqs] for k, reqs in arrivals.items()}
+    plans = []
+
+    def recording(*args, **kw):  # plan.py's planner, its plans kept as ids (the requests change after)
+        plan = schedule(*args, **kw)
+        plans.append(([(r.id, n) for r, n in plan.prefill], [r.id for r in plan.decode]))
+        return plan
+
+    core = EngineCore.for_model(model, num_blocks, block_size, max_running, prefix_caching, max_num_batched_tokens)
+    core.warm_up(2)  # no run pays a first call's cost in its time (ids < 0, prompts shorter than a block)
+    core.scheduler.planner = recording  # from here on: the warm-up's plans are not recorded
+    if prefix_caching:
+        core.alloc.queries = core.alloc.hits = 0
+    steps, added, token_ms, k = [], {}, {}, 0
+    reqs = [r for rs in arrivals.values() for r in rs]
+    t0 = time.perf_counter()
+    while arrivals or not core.idle:
+        for req in arrivals.pop(k, []):
+            core.add_request(req)
+            added[req.id], token_ms[req.id] = (time.perf_counter() - t0) * 1e3, []
+        start = time.perf_counter()
+        report = core.step()
+        end = time.perf_counter()
+        for out in report.outputs:
+            token_ms[out.request_id].append((end - t0) * 1e3)
+        prefill, decode = plans[-1]
+        ms, tokens = (end - start) * 1e3, sum(n for _, n in prefill) + len(decode)
+        steps.append({"step": k, "start_ms": (start - t0) * 1e3, "ms": ms, "prefill": prefill, "decode": decode,
+                      "tokens": tokens, "made": [out.request_id for out in report.outputs]})  # fmt: skip
+        k += 1
+    hits, queries = (core.alloc.hits, core.alloc.queries) if prefix_caching else (0, 0)
+    return StepRun(steps, added, token_ms, {r.id: list(r.output) for r in reqs}, hits, queries)
+
+
+def ttft_by_cached_prefix(
+    model, prompt_tokens: int = 448, cached: Sequence[int] = (0, 64, 128, 192, 256, 320, 384, 448), rounds: int = 5
+):
+    """TTFT of a `prompt_tokens`-token prompt arriving at an idle engine with prefix caching, against how many of
+    its first tokens an earlier request (its first `k` tokens, one token generated) left in the cache. Each
+    measurement is a fresh random prompt on one engine (blocks of 16); rounds interleave the sizes (in turn,
+    reversed every other round). Returns (rows, timing.Comparison keyed by k): per k, the tokens the cache
+    served (measured), the tokens computed, and the median TTFT."""
+    import time
+
+    from ailab.generation.engine_core import EngineCore
+    from ailab.generation.request import Request
+    from ailab.timing import Comparison
+
+    core = EngineCore.for_model(model, num_blocks=64, block_size=16, max_running=2, prefix_caching=True)
+    core.warm_up(2)
+    gen = torch.Generator().manual_seed(0)
+    samples, served, rid = {k: [] for k in cached}, {}, 0
+    for i in range(rounds + 1):  # round 0 is a warm-up: its times are dropped
+        for k in cached if i % 2 else list(reversed(cached)):
+            prompt = torch.randint(0, model.vocab_size, (prompt_tokens,), generator=gen).tolist()
+            if k:
+                core.add_request(Request(rid, prompt[:k], 1))  # the earlier request: its blocks stay cached
+                core.run_until_idle()
+            core.add_request(Request(rid + 1, prompt, 1))
+            hits = core.alloc.hits
+            t = time.perf_counter()
+            core.step()  # the prompt's uncached tokens computed, its first token sampled
+            ms = (time.perf_counter() - t) * 1e3
+            core.run_until_idle()
+            served[k], rid = core.alloc.hits - hits, rid + 2
+            if i:
+                samples[k].append(ms)
+    rows = [
+        {"cached": k, "served": served[k], "computed": prompt_tokens - served[k], "ttft_ms": float(np.median(s))}
+        for k, s in samples.items()
+    ]
+    return rows, Comparison(samples)
+
+
+def chat_trace_run(
+    model, prefix_bytes: int, n: int = 16, prompt_bytes: int = 60, output_tokens: int = 16, prefix_caching=True
+) -> dict:
+    """A chat trace (ailab.traces.make_trace: the same `prefix_bytes` before each of `n` prompts) served with or
+    without prefix caching: the first request alone before step 0, the rest before step 1, so that every one
+    after the first can find the prefix's blocks (a request admitted in the very step that computes a block
+    cannot: blocks are named once written). Returns the run, the hit rate, the shared share of the prompts'
+    tokens, the most that blocks of 16 can serve (every request but the first: the prefix's full blocks), and
+    the median TTFT."""
+    from ailab.generation.trace import as_requests
+    from ailab.traces import make_trace
+
+    reqs = as_requests(make_trace(n, prompt_bytes, output_tokens, prefix_bytes=prefix_bytes))
+    run = run_by_steps(model, {0: reqs[:1], 1: reqs[1:]}, prefix_caching=prefix_caching, num_blocks=512)
+    prompt_tokens = sum(len(r.prompt) for r in reqs)
+    return {
+        "prefix_bytes": prefix_bytes,
+        "run": run,
+        "hits": run.hits,
+        "queries": run.queries,
+        "hit_rate": run.hit_rate,
+        "shared_share": prefix_bytes * n / prompt_tokens,
+        "full_blocks_hits": (n - 1) * (prefix_bytes // 16) * 16,
+        "ttft_p50_ms": float(np.median([run.ttft_ms(r.id) for r in reqs])),
+    }
+
+
+def chat_rounds(model, prefix_bytes: int = 384, rounds: int = 5, **trace) -> list[dict]:
+    """chat_trace_run without and with prefix caching, in turn, `rounds` times: one row per run ("round",
+    "engine": "off" or "on", the TTFT p50, the hit rate, the tokens), for trace.per_round_ratio."""
+    rows = []
+    for i in range(rounds):
+        for engine in ("off", "on"):
+            r = chat_trace_run(model, prefix_bytes, prefix_caching=engine == "on", **trace)
+            rows.append({"round": i, "engine": engine, "ttft_p50_ms": r["ttft_p50_ms"], "hit_rate": r["hit_rate"],
+                         "outputs": r["run"].outputs})  # fmt: skip
+    return rows
+
+
+def budget_rounds(
+    model, arrivals: dict[int, list], decoding: Sequence[int], long: int, budgets=(None, 64), rounds: int = 5
+) -> list[dict]:
+    """The same arrivals served under each token budget (None: no chunked prefill), in turn, `rounds` times: one
+    row per run, for trace.per_round_ratio ("engine": "no budget" or "budget N"). Per run: the gaps between the
+    tokens of the `decoding` requests (ITL: their worst, p99 and p50) and their TPOT (mean), the TTFT of the
+    `long` prompt in ms and in steps, the run's steps, and every request's tokens."""
+    rows = []
+    for i in range(rounds):
+        for budget in budgets:
+            run = run_by_steps(model, arrivals, max_num_batched_tokens=budget)
+            itl = run.itl_ms(decoding)
+            arrived = next(s["step"] for s in run.steps if s["start_ms"] >= run.added_ms[long])
+            made = next(s["step"] for s in run.steps if long in s["made"])
+            rows.append(
+                {
+                    "round": i,
+                    "engine": "no budget" if budget is None else f"budget {budget}",
+                    "budget": budget,
+                    "itl_max_ms": max(itl),
+                    "itl_p99_ms": float(np.percentile(itl, 99)),
+                    "itl_p50_ms": float(np.percentile(itl, 50)),
+                    "tpot_ms": float(np.mean([run.tpot_ms(r) for r in decoding])),
+                    "ttft_long_ms": run.ttft_ms(long),
+                    "ttft_long_steps": made - arrived + 1,
+                    "steps": run.steps,
+                    "outputs": run.outputs,
+                }
+            )
+    return rows
