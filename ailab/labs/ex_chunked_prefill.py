@@ -66,7 +66,7 @@ from ailab.generation.request import Request
 from ailab.generation.scheduler import Scheduler
 from ailab.labs.core import LabCheckFailed, check, expect, tiny_decoder, torch_threads, within_time
 from ailab.labs.differential import same_as_reference, short
-from ailab.labs.lab_scheduler_step import WatchedBlocks
+from ailab.labs.lab_scheduler_step import WatchedBlocks, same_plans
 
 LAB = "ex_chunked_prefill"
 
@@ -734,43 +734,9 @@ def _say_state(state) -> str:
     )
 
 
-def _say_step(entry) -> str:
-    if "bad" in entry:
-        return entry["bad"]
-    prefill = ", ".join(f"{rid} with {n} token{'s' * (n != 1)}" for rid, n in entry["prefill"])
-    return (
-        f"decode {list(entry['decode'])}, prefill [{prefill}], preempted {list(entry['preempted'])}; "
-        f"after the plan: {_say_state(entry['after'])}"
-    )
-
-
-_FIELDS = ("decode", "prefill", "preempted", "after")
-
-
 def _same_plans(mine, ref) -> str | None:
     """The first step where the plans (or the queues, blocks and computed tokens they leave) differ."""
-    for k, (m, r) in enumerate(zip(mine, ref)):
-        if all(m.get(f) == r.get(f) for f in (*_FIELDS, "bad")):
-            continue
-        differ = [f for f in _FIELDS if "bad" not in m and "bad" not in r and m[f] != r[f]]
-        before = m["before"] if m["before"] is not None else r["before"]
-        return (
-            f"step {k + 1} is the first where the plans differ"
-            + (f" (in {' and '.join('the state after it' if f == 'after' else f for f in differ)})" if differ else "")
-            + (f". Before it: {_say_state(before)}" if before is not None else "")
-            + f". The reference plans: {_say_step(r)}. Yours: {_say_step(m)}"
-        )
-    if len(mine) > len(ref):
-        return (
-            f"the same plans for {len(ref)} steps, after which the reference's engine is done; yours still has "
-            f"{_say_state(mine[len(ref)]['before']) if mine[len(ref)]['before'] else mine[len(ref)].get('bad')}"
-        )
-    if len(mine) < len(ref):
-        return (
-            f"the same plans for {len(mine)} steps, after which your engine has nothing left to run, and the "
-            f"reference's still has {_say_state(ref[len(mine)]['before'])}"
-        )
-    return None
+    return same_plans(mine, ref, _say_state)
 
 
 def _describe_trace(trace) -> str:

@@ -746,42 +746,46 @@ def _say_state(state) -> str:
     )
 
 
-def _say_step(entry) -> str:
+def say_step(entry, say_state=_say_state) -> str:
+    """One step of a run (run_plans' record) in words: its plan and the state it leaves."""
     if "bad" in entry:
         return entry["bad"]
     prefill = ", ".join(f"{rid} with {n} token{'s' * (n != 1)}" for rid, n in entry["prefill"])
     return (
         f"decode {list(entry['decode'])}, prefill [{prefill}], preempted {list(entry['preempted'])}; "
-        f"after the plan: {_say_state(entry['after'])}"
+        f"after the plan: {say_state(entry['after'])}"
     )
 
 
 _FIELDS = ("decode", "prefill", "preempted", "after")
 
 
-def _same_plans(mine, ref) -> str | None:
-    """The first step where the plans (or the queues and blocks they leave) differ, with both plans."""
+def same_plans(mine, ref, say_state=_say_state) -> str | None:
+    """The first step where the plans (or the queues and blocks they leave) differ, with both plans; None when
+    every step is the same. Shared with the chunked-prefill exercise, whose states also say computed tokens."""
     for k, (m, r) in enumerate(zip(mine, ref)):
         if all(m.get(f) == r.get(f) for f in (*_FIELDS, "bad")):
             continue
-        differ = [f for f in _FIELDS if "bad" not in m and m[f] != r[f]]
+        differ = [f for f in _FIELDS if "bad" not in m and "bad" not in r and m[f] != r[f]]
         before = m["before"] if m["before"] is not None else r["before"]
         return (
             f"step {k + 1} is the first where the plans differ"
             + (f" (in {' and '.join('the state after it' if f == 'after' else f for f in differ)})" if differ else "")
-            + (f". Before it: {_say_state(before)}" if before is not None else "")
-            + f". The reference plans: {_say_step(r)}. Yours: {_say_step(m)}"
+            + (f". Before it: {say_state(before)}" if before is not None else "")
+            + f". The reference plans: {say_step(r, say_state)}. Yours: {say_step(m, say_state)}"
         )
     if len(mine) > len(ref):
+        extra = mine[len(ref)]
+        left = say_state(extra["before"]) if extra["before"] is not None else extra.get("bad")
         return (
             f"the same plans for {len(ref)} steps, after which the reference's engine is done (every request has "
-            f"its max_new_tokens); yours still has {_say_state(mine[len(ref)]['before'])}. Did your plan change a "
-            "request (its prompt or output)? The engine owns those"
+            f"its max_new_tokens); yours still has {left}. Did your plan change a request (its prompt or output)? "
+            "The engine owns those"
         )
     if len(mine) < len(ref):
         return (
             f"the same plans for {len(mine)} steps, after which your engine has nothing left to run, and the "
-            f"reference's still has {_say_state(ref[len(mine)]['before'])}"
+            f"reference's still has {say_state(ref[len(mine)]['before'])}"
         )
     return None
 
@@ -852,7 +856,7 @@ def check_same_as_reference(schedule):
     from hypothesis import strategies as st
 
     mine, ref = (lambda trace: _plans(schedule, trace)), (lambda trace: _plans(reference, trace))
-    say = {"describe": _describe_trace, "compare": _same_plans, "arg_names": ("trace",)}
+    say = {"describe": _describe_trace, "compare": same_plans, "arg_names": ("trace",)}
     same_as_reference(mine, ref, _traces(), examples=300, **say)  # first: a difference shows on the smallest trace
     same_as_reference(
         mine, ref, st.just(_EDGES[0]).map(lambda t: (t,)), edges=[(t,) for t in _EDGES], examples=1, **say
