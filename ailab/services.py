@@ -473,7 +473,7 @@ def start_vllm_server(
     model_dir: str | Path,
     served_name: str,
     max_model_len: int = 512,
-    kv_cache_gib: int = 2,
+    kv_cache_gib: int | None = 2,
     port: int | None = None,
     timeout_s: float = 300.0,
     extra_args: Sequence[str] = (),
@@ -502,6 +502,10 @@ def start_vllm_server(
         str(port),
         *extra_args,
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
+    # VLLM_CPU_KVCACHE_SPACE counts whole GiB and overrides --kv-cache-memory-bytes: None leaves it unset, for
+    # a cache sized in bytes by a flag in `extra_args`
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"} | {"HF_HUB_OFFLINE": "1"}
+    if kv_cache_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     server = VllmServer(port, folder, start_logged(cmd, log, env))
     return hold_started(server, answers_200(server.url + "/v1/models"), timeout_s, f"vLLM on port {port}", log)

