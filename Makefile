@@ -86,13 +86,14 @@ TEST_WORKERS ?= 2
 LANE_TESTS := $(sort $(filter-out tests/test_ex_reliable_queue.py tests/test_ex_sse_reader.py,$(wildcard tests/test_ex_*.py)) \
 	tests/test_lab_export_verify.py tests/test_lab_scheduler_step.py tests/test_lab_accuracy_gate.py \
 	tests/test_lab_find_the_leak.py tests/test_lab_estimate_memory.py tests/test_labs_never_crash.py \
-	tests/test_labs_hints.py tests/test_labs.py)
+	tests/test_labs_hints.py tests/test_labs.py tests/test_lab_prefix_cache.py)
 # The solutions of the same tasks, whose cells neither time nor serve (the same test reads their code cells).
 LANE_NOTEBOOKS := $(addprefix solutions/,0_orientation/ex_pin_drift.ipynb 1_hardware/ex_bytes_by_module.ipynb \
 	1_hardware/ex_kv_budget.ipynb 1_hardware/lab_estimate_memory.ipynb 2_engine/ex_compare_outputs.ipynb \
 	2_engine/ex_verify_then_load.ipynb 2_engine/lab_accuracy_gate.ipynb 2_engine/lab_export_verify.ipynb \
 	3_serving/ex_bucket_batches.ipynb 4_application/ex_alert_states.ipynb 4_application/ex_recall_at_k.ipynb \
-	5_generation/ex_decode_loop.ipynb 5_generation/lab_scheduler_step.ipynb)
+	5_generation/ex_decode_loop.ipynb 5_generation/lab_scheduler_step.ipynb 5_generation/lab_prefix_cache.ipynb \
+	5_generation/ex_chunked_prefill.ipynb)
 test: setup services gpu-bundle
 	@lint=0; tests=0; lane=0; mkdir -p build; \
 	$(MAKE) --no-print-directory lint || lint=$$?; \

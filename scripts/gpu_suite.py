@@ -117,6 +117,15 @@ PLAN = (
     Item("solutions/4_application/ex_replicas.ipynb", 120, False, "replicas"),
     Item("solutions/4_application/ex_service_report.ipynb", 120, False, "service report"),
     Item("solutions/0_orientation/ex_pin_drift.ipynb", 90, False, "pin drift, read against this machine's versions"),
+    # part 5's later chapters, last: they have not met a GPU yet, and the budget cuts the end of the plan first
+    Item("notebooks/5_generation/04_prefix_caching.ipynb", 180, False, "prefix caching's hits and tokens on the GPU"),
+    Item(
+        "notebooks/5_generation/05_chunked_prefill.ipynb", 180, False, "chunked prefill's plans and tokens on the GPU"
+    ),
+    Item("notebooks/5_generation/06_goodput.ipynb", 180, True, "goodput against the defaults, the engine on the GPU"),
+    Item("solutions/5_generation/lab_prefix_cache.ipynb", 150, False, "the prefix-cache lab, its pool on the GPU"),
+    Item("solutions/5_generation/ex_chunked_prefill.ipynb", 120, False, "the chunked-prefill exercise"),
+    Item("solutions/5_generation/lab_capstone_llm.ipynb", 300, True, "the LLM capstone's settings run live"),
 )
 
 # What cannot travel in one call (project + bundle <= 60 MiB, no package registry, no Debian packages), and why.

@@ -5,7 +5,7 @@
 #   2. check that everything the notebooks import is importable (a missing package is named at once)
 #   3. scripts/gpu_check.py --require-gpu: the GPU branches' figures in one JSON (about 40 s on the H200)
 #   4. prepare what several notebooks would compute at the same moment (classifier head, ONNX, INT8)
-#   5. scripts/gpu_suite.py run: 45 of the 54 notebooks and solutions under nbval with AILAB_REQUIRE_GPU=1,
+#   5. scripts/gpu_suite.py run: 51 of the 60 notebooks and solutions under nbval with AILAB_REQUIRE_GPU=1,
 #      most valuable first, 6 at a time (one GPU-timed at a time), each with its own time limit
 # Results in $OUT (build/gpu-suite when unset): gpu_suite.json (every step and notebook), gpu_suite.log (every
 # step's and notebook's output, failures with their cell and traceback) and gpu_check.json.
