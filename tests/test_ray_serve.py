@@ -118,19 +118,22 @@ def _scale_slow_replicas(cluster, ready_before_routed: bool) -> tuple[dict, list
         t_scale = time.monotonic()
         scale.start()
         seen, not_ready, failed = {}, [], []
-        # Until both replicas answered, and past the new one's load: its first answer is then in `seen`, and any
-        # not-ready answer or refused prediction from it came while it was loading.
-        while time.monotonic() - t_scale < 60 and (len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 2):
-            body = h.get(url + "/healthz").json()
-            if not body["ready"]:
-                not_ready.append(body["pid"])
-            seen.setdefault(body["pid"], time.monotonic() - t_scale)
-            r = h.post(url + "/v1/predict", json={"inputs": "x"})
-            if r.status_code != 200:
-                failed.append(r.status_code)
-            time.sleep(0.02)
-        scale.join()
-    serve.delete(name)
+        try:
+            # Until both replicas answered, and past the new one's load: its first answer is then in `seen`, and
+            # any not-ready answer or refused prediction from it came while it was loading. A prediction sent to
+            # a loading replica waits at most its deadline (the server's 5 s), then answers 504.
+            while time.monotonic() - t_scale < 60 and (len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 2):
+                body = h.get(url + "/healthz").json()
+                if not body["ready"]:
+                    not_ready.append(body["pid"])
+                seen.setdefault(body["pid"], time.monotonic() - t_scale)
+                r = h.post(url + "/v1/predict", json={"inputs": "x"})
+                if r.status_code != 200:
+                    failed.append(r.status_code)
+                time.sleep(0.02)
+        finally:  # a failure here must not leave the scale-up running into the next test
+            scale.join()
+            serve.delete(name)
     return seen, not_ready, failed, first
 
 

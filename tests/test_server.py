@@ -241,6 +241,26 @@ def test_overload_answers_503_with_retry_after_and_deadline_504():
             busy.join()
 
 
+def test_a_request_to_a_model_still_loading_gets_504_at_its_deadline_and_the_load_goes_on():
+    """The server answers while its model loads (the default): a request then waits for the load only as long
+    as its deadline, and the load it waited on is not cancelled with it."""
+    loaded = threading.Event()
+
+    def slow_loader():
+        loaded.wait(30)  # released by the test, once the early request was answered
+        return tiny(0)
+
+    app = create_app({"t": slow_loader}, torch_threads=1, warmup=False)
+    with start_in_thread(app, wait_ready=False) as h, httpx.Client(timeout=30) as c:
+        t0 = time.monotonic()
+        r = post(c, h.url, {"inputs": "hi"}, headers={"X-Timeout-Ms": "200"})
+        waited = time.monotonic() - t0
+        assert r.status_code == 504 and "deadline" in r.json()["error"] and waited < 5, (r.status_code, waited)
+        loaded.set()
+        assert post(c, h.url, {"inputs": "hi"}).status_code == 200
+        assert c.get(h.url + "/readyz").status_code == 200
+
+
 def test_load_failure_not_ready_and_fallback_marked_degraded():
     app = create_app({"broken": FailingLoader()}, fallback={"label": "unknown", "score": None})
     with start_in_thread(app, wait_ready=False) as h, httpx.Client(timeout=30) as c:

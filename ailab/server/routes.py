@@ -40,10 +40,24 @@ def _json(payload: dict, status: int = 200, headers: dict | None = None) -> Resp
     )
 
 
+async def loaded_by(registry: ModelRegistry, name: str | None, deadline: float):
+    """The model, once loaded; 504 if the request's deadline passes first. A server that answers before its
+    model is ready (load_before_serving off, or a model loaded on demand) would otherwise hold a request for
+    the whole load, past the deadline the client was promised. The load goes on for the requests after it."""
+    if (name or registry.default) in registry.loaded:  # the usual case: no task, no timer
+        return await registry.get(name)
+    load = asyncio.ensure_future(registry.get(name))
+    try:
+        return await asyncio.wait_for(asyncio.shield(load), max(deadline - time.monotonic(), 0))
+    except TimeoutError:
+        load.add_done_callback(lambda t: t.cancelled() or t.exception())  # a failed load is the next one's to say
+        raise DeadlineExceededError("the request's deadline passed while the model was still loading") from None
+
+
 async def infer(registry: ModelRegistry, req, deadline: float, priority: int):
     """Submit each text; retry once on a batcher closed by a hot swap or an eviction."""
     for attempt in range(2):
-        entry = await registry.get(req.model)
+        entry = await loaded_by(registry, req.model, deadline)
         b = entry.batcher
         try:
             if len(req.texts) == 1:
