@@ -61,3 +61,36 @@ def test_the_main_run_skips_the_lane():
     makefile = (ROOT / "Makefile").read_text()
     ignored = "$(addprefix --ignore=,$(REHEARSED) $(LANE_TESTS) $(LANE_NOTEBOOKS))"
     assert ignored in makefile, "the lane's tests would run twice"
+
+
+def test_the_files_that_start_a_ray_cluster_go_to_one_worker_one_after_the_other():
+    """The root conftest.py's scheduler: every other file is a work unit of its own, as in --dist loadfile."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+
+    class Config:
+        def __init__(self, dist):
+            self.values = {"dist": dist, "tx": ["2*popen"]}
+
+        def getvalue(self, name):
+            return self.values[name]
+
+    assert root.pytest_xdist_make_scheduler(Config("load"), None) is None
+    sched = root.pytest_xdist_make_scheduler(Config("loadfile"), None)
+    ray = [f"{path}::{name}" for path in sorted(root.RAY_CLUSTERS) for name in ("a", "Cell 0")]
+    scopes = {sched._split_scope(nodeid) for nodeid in ray}
+    assert len(scopes) == 1, scopes
+    assert sched._split_scope("tests/test_server.py::test_x") == "tests/test_server.py"
+    assert all((ROOT / path).exists() for path in root.RAY_CLUSTERS)
+    # nothing else starts a cluster: the files that call what starts one are those two
+    starts = re.compile(r"RayCluster\(|RayServe\(|autoscaling_run\(|ray\.init\(|--ray\b|serve_with_ray")
+    found = {
+        str(p.relative_to(ROOT))
+        for folder in ("tests", "notebooks", "solutions")
+        for p in (ROOT / folder).rglob("*.*")
+        if p.suffix in (".py", ".ipynb") and p != Path(__file__) and starts.search(p.read_text(errors="replace"))
+    }
+    assert found <= root.RAY_CLUSTERS, found - root.RAY_CLUSTERS
