@@ -485,6 +485,32 @@ def test_the_bound_prices_each_step_of_a_full_continuous_schedule_by_hand():
     ) == pytest.approx(10 / 0.021)
 
 
+def test_the_roofline_prices_each_step_at_its_flops_or_its_bytes_by_hand():
+    from types import SimpleNamespace
+
+    from ailab.generation.trace import continuous_batch_sizes, roofline_bound
+
+    # 100 weights (400 bytes), one layer 4 wide: a token's K/V is 2 x 4 x 4 = 32 bytes, attention 16 FLOPs a token
+    fake = SimpleNamespace(
+        hf=torch.nn.Linear(10, 10, bias=False), dtype=torch.float32, n_layer=1, n_head=1, head_dim=4, n_embd=4
+    )
+    one = [Request(0, [7, 7], 2)]
+    # step 1, the 2-token prompt: 2 x 100 x 2 + 16 x (1 + 2) = 448 FLOPs, 400 + 2 x 32 = 464 bytes (bytes win);
+    # step 2, a decode over 3 tokens: 200 + 16 x 3 = 248 FLOPs, 400 + 3 x 32 = 496 bytes (bytes win)
+    r = roofline_bound(one, fake, max_running=1, peak_gflops=1.0, bandwidth_gbps=1.0)
+    assert r["steps"] == 2 and r["seconds"] == pytest.approx(960e-9) and r["tokens_per_s"] == pytest.approx(2 / 960e-9)
+    assert r["compute_bound_steps"] == 0 and r["intensity"] == pytest.approx(696 / 960)
+    # a tenth of the bandwidth for the same work: FLOPs win each step (448 + 248 ns)
+    fast = roofline_bound(one, fake, max_running=1, peak_gflops=1.0, bandwidth_gbps=10.0)
+    assert fast["seconds"] == pytest.approx(696e-9) and fast["compute_bound_steps"] == 1
+    # it seats the trace as continuous batching does: as many steps and tokens as continuous_batch_sizes
+    reqs = [Request(i, [1] * (i + 1), n, arrival_s=i) for i, n in enumerate([1, 4, 2, 3])]
+    for seats in (1, 3, 8):
+        sizes = continuous_batch_sizes(reqs, seats)
+        r = roofline_bound(reqs, fake, max_running=seats, peak_gflops=1.0, bandwidth_gbps=1.0)
+        assert r["steps"] == len(sizes) and r["tokens_per_s"] * r["seconds"] == pytest.approx(sum(sizes))
+
+
 def test_a_run_prices_only_its_decode_steps_by_batch(model):
     from ailab.generation.trace import run_scheduler
 

@@ -322,6 +322,57 @@ def continuous_bound(
     return sum(sizes) / (ms / 1e3)
 
 
+def roofline_bound(
+    trace: Sequence[Request], model, max_running: int, peak_gflops: float, bandwidth_gbps: float
+) -> dict:
+    """The tokens/s this machine's measured matmul peak and memory bandwidth allow on `trace`, all waiting at once,
+    served by continuous batching as `continuous_batch_sizes` seats it (each prompt prefilled in the step that
+    admits it, beside the decodes). Each step costs at least max(FLOPs / peak, bytes / bandwidth): about 2 FLOPs
+    per weight per token computed, plus attention (Q.K and A.V: 4 x layers x width x the context, per token); the
+    weights read once a step, each decoding row's cache read, each new token's K/V written. Nothing else costs time
+    (no overhead, no idle core): a run's tokens/s over it is the share of the machine's limit it reached, and
+    `compute_bound_steps` says which wall the steps meet."""
+    from ailab.generation.kv_cache import kv_bytes_per_token
+
+    params = sum(p.numel() for p in model.hf.parameters())
+    itemsize = torch.empty((), dtype=model.dtype).element_size()
+    weight_bytes, kv_token = params * itemsize, kv_bytes_per_token(model, model.dtype)
+    attn = 4 * model.n_layer * model.n_embd  # FLOPs per token per token of context it attends to
+    queue = deque(sorted(trace, key=lambda r: r.arrival_s))
+    running: list[tuple[int, int]] = []  # (tokens in its cache, tokens still to make) of each decoding request
+    seconds = flops_all = bytes_all = 0.0
+    compute_bound = steps = made = 0
+    while queue or running:
+        flops, moved = 0.0, float(weight_bytes)
+        for context, _ in running:  # a decode: one token, attending to its cache and itself
+            flops += 2 * params + attn * (context + 1)
+            moved += kv_token * (context + 1)  # its cache read, the new token's K/V written
+        decoded = [(context + 1, left - 1) for context, left in running]
+        seated = len(running)
+        while queue and seated < max_running:  # a seat free: the whole prompt, which makes the first token
+            req = queue.popleft()
+            n = len(req.prompt)
+            flops += 2 * params * n + attn * n * (n + 1) / 2
+            moved += kv_token * n
+            decoded.append((n, req.max_new_tokens - 1))
+            seated += 1
+        made += seated
+        t_compute, t_memory = flops / (peak_gflops * 1e9), moved / (bandwidth_gbps * 1e9)
+        seconds += max(t_compute, t_memory)
+        compute_bound += t_compute >= t_memory
+        flops_all, bytes_all, steps = flops_all + flops, bytes_all + moved, steps + 1
+        running = [row for row in decoded if row[1] > 0]
+    return {
+        "tokens_per_s": made / seconds,
+        "seconds": seconds,
+        "steps": steps,
+        "compute_bound_steps": compute_bound / steps,
+        "intensity": flops_all / bytes_all,
+        "peak_gflops": peak_gflops,
+        "bandwidth_gbps": bandwidth_gbps,
+    }
+
+
 def prefill_cost_by_length(model, lengths: Sequence[int] = (8, 32, 64, 96), rounds: int = 7) -> list[dict]:
     """The time of one prompt's prefill (`prefill_paged`, the forward alone, the view built before the clock) at
     each length: the median of `rounds`, the lengths taken in turn each round. What continuous_bound adds per

@@ -9,7 +9,8 @@ saturated         the same three flat out (every request at once): continuous ov
                   by batch size, the model's forward ms beside the scheduler's own (plan, block tables, sampling,
                   apply); the share reached of the bound that prices each step at what a decode step of its
                   batch cost in the same run (trace.continuous_bound), and of that bound with each prompt's
-                  prefill priced too (measured alone, by length); TPOT p50 over the bare forward
+                  prefill priced too (measured alone, by length); TPOT p50 over the bare forward; the roofline:
+                  the tokens/s the measured matmul peak and bandwidth allow on the same burst, and the share reached
 compiled          the decode step under torch.compile beside eager: step cost by batch, and the continuous
                   scheduler flat out on the same burst, in turn (full runs, or --compile)
 """
@@ -56,6 +57,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         continuous_bound,
         flat_out_gain,
         prefill_cost_by_length,
+        roofline_bound,
         run_scheduler,
         static_occupancy,
         step_cost_by_batch,
@@ -149,6 +151,11 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
         "bare_step_ms": float(np.median(bare)),
         "tpot_over_bare_step": float(np.median([r["tpot_p50_ms"] / b for r, b in zip(continuous, bare)])),
     }
+    # The machine's own limit on the same burst: every step priced at its FLOPs over the matmul peak or its bytes
+    # over the bandwidth, whichever is slower (trace.roofline_bound), and the share of it the runs reached.
+    roof = roofline_bound(burst, model, seats, peak, bw)
+    roof["share_reached"] = float(np.median([r["tokens_per_s"] / roof["tokens_per_s"] for r in continuous]))
+    out["saturated"]["roofline"] = roof
     if args.compile if args.compile is not None else not quick:
         out["compiled"] = compiled_vs_eager(model, burst, seats, cost, rounds=1 if quick else 3)
     out["seconds"] = time.perf_counter() - t0
