@@ -23,6 +23,7 @@ its own batcher (@serve.batch), which `ailab bench scale` and `ailab bench peers
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from pathlib import Path
@@ -166,43 +167,52 @@ class RayCluster:
         self.cluster = None
         _loopback_only()
         _patient_with_a_busy_machine()
-        if nodes > 1:
-            from ray.cluster_utils import Cluster
+        try:
+            if nodes > 1:
+                from ray.cluster_utils import Cluster
 
-            self.cluster = Cluster(
-                initialize_head=True,
-                head_node_args={"num_cpus": cpus_per_node, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
-            )
-            for _ in range(nodes - 1):
-                self.cluster.add_node(num_cpus=cpus_per_node, node_ip_address="127.0.0.1")
-            ray.init(
-                address=self.cluster.address,
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
-                configure_logging=False,
-                namespace="ailab",
-            )
-        else:
-            # address="local": a new Ray of our own, always. Without it ray.init() joins whatever Ray already runs
-            # on this machine (a multi-node test cluster writes its address to /tmp/ray for that), and then
-            # refuses num_cpus: two notebooks or tests side by side would share, or fail on, one cluster.
-            ray.init(
-                address="local",
-                num_cpus=cpus_per_node,
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
-                configure_logging=False,
-                namespace="ailab",
-            )
-        if port is None:  # a port nothing listens on now (ailab.services sits above this layer)
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        self.port = port
-        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
-        self.start_s = time.perf_counter() - t0
-        self.deploy(bound_app, app_name, route_prefix, ready_timeout_s)
+                self.cluster = Cluster(
+                    initialize_head=True,
+                    head_node_args={
+                        "num_cpus": cpus_per_node,
+                        "include_dashboard": False,
+                        "node_ip_address": "127.0.0.1",
+                    },
+                )
+                for _ in range(nodes - 1):
+                    self.cluster.add_node(num_cpus=cpus_per_node, node_ip_address="127.0.0.1")
+                ray.init(
+                    address=self.cluster.address,
+                    _node_ip_address="127.0.0.1",
+                    log_to_driver=False,
+                    configure_logging=False,
+                    namespace="ailab",
+                )
+            else:
+                # address="local": a new Ray of our own, always. Without it ray.init() joins whatever Ray already runs
+                # on this machine (a multi-node test cluster writes its address to /tmp/ray for that), and then
+                # refuses num_cpus: two notebooks or tests side by side would share, or fail on, one cluster.
+                ray.init(
+                    address="local",
+                    num_cpus=cpus_per_node,
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    log_to_driver=False,
+                    configure_logging=False,
+                    namespace="ailab",
+                )
+            if port is None:  # a port nothing listens on now (ailab.services sits above this layer)
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+            self.port = port
+            serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+            self.start_s = time.perf_counter() - t0
+            self.deploy(bound_app, app_name, route_prefix, ready_timeout_s)
+        except BaseException:  # a start that failed half way must not leave Ray's processes to the next user
+            with contextlib.suppress(Exception):
+                self.stop()
+            raise
 
     def deploy(self, bound_app, app_name: str = "ailab", route_prefix: str = "/", ready_timeout_s: float = 300.0):
         """Deploy (or replace) an application and wait until it runs; it becomes the one `url` and the
@@ -283,7 +293,8 @@ class RayCluster:
         from ray import serve
 
         try:
-            serve.shutdown()
+            if ray.is_initialized():  # else Serve would start a Ray only to shut it down
+                serve.shutdown()
         finally:
             ray.shutdown()
             if self.cluster is not None:
