@@ -95,6 +95,9 @@ LANE_NOTEBOOKS := $(addprefix solutions/,0_orientation/ex_pin_drift.ipynb 1_hard
 	5_generation/ex_decode_loop.ipynb 5_generation/lab_scheduler_step.ipynb 5_generation/lab_prefix_cache.ipynb \
 	5_generation/ex_chunked_prefill.ipynb)
 test: setup services gpu-bundle
+	@# ailab's own bytecode, once: where PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process the
+	@# run starts (kernels, servers, workers) would otherwise compile the ailab modules it imports, each time.
+	@$(BIN)/python -m compileall -q ailab >/dev/null
 	@lint=0; tests=0; lane=0; mkdir -p build; \
 	$(MAKE) --no-print-directory lint || lint=$$?; \
 	nice -n 10 $(NBVAL) --junitxml=build/test-results-lane.xml $(LANE_TESTS) $(LANE_NOTEBOOKS) >build/test-lane.log 2>&1 & lane_pid=$$!; \
