@@ -134,3 +134,52 @@ def test_peers_generation_names_each_feature_as_each_server_does():
     assert "--no-enable-prefix-caching" in off and "--no-enable-chunked-prefill" in off
     args = peers.parse_args(["--trace", "mixed", "--features", "both"])
     assert (args.trace, args.features, args.long_prompt_bytes) == ("mixed", "both", 1000)
+
+
+def test_compare_flags_adds_the_flags_to_the_second_server_and_rates_it_per_round(monkeypatch):
+    """--compare-flags: the same trace through the server as the suite starts it and through one with the flags
+    added (later flags win over the suite's --torch-threads), in every round; more-is-better ratios on over off."""
+    from ailab.suites import generation_serve as gs
+
+    started = []
+
+    class Server:
+        def __init__(self, argv):
+            self.argv, self.url = argv, f"http://server-{len(started)}"
+            started.append(self)
+
+        def stop(self):
+            pass
+
+    speed = {"http://server-0": 100.0, "http://server-1": 150.0}
+
+    class Bench:
+        def __init__(self, url):
+            self.url = url
+
+        def summary(self, slo):  # the second server 1.5x the first; TPOT and ITL the same on both
+            s = speed[self.url]
+            return {
+                "request_goodput": s / 10,
+                "output_throughput": s,
+                "median_ttft_ms": 1e3 / s,
+                "p99_tpot_ms": 5.0,
+                "p99_itl_ms": 5.0,
+            }
+
+    def fake_bench(url, model, trace, max_concurrency):
+        return Bench(url)
+
+    monkeypatch.setattr("ailab.services.start_ailab_server", Server)
+    monkeypatch.setattr("ailab.bench.llm.serve_bench", fake_bench)
+    monkeypatch.setattr(gs, "engine_counters", lambda url, headers: {})
+    monkeypatch.setattr(gs, "where_it_goes", lambda before, after: {})
+    args = gs.parse_args(["--compare-flags", "--torch-threads 2 --generate-seats 16", "--rounds", "2"])
+    out = gs.feature_ab(args, trace=[object()] * 20, slo={}, threads=1, flags=gs.shlex.split(args.compare_flags))
+    off, on = (s.argv for s in started)
+    assert off == ["--generate", "1m", "--torch-threads", "1"]
+    assert on == off + ["--torch-threads", "2", "--generate-seats", "16"]
+    assert len(out["rounds_detail"]) == 2
+    assert out["output_throughput_on_over_off"] == pytest.approx(1.5)
+    assert out["request_goodput_on_over_off"] == pytest.approx(1.5)
+    assert out["ttft_off_over_on"] == pytest.approx(1.5)

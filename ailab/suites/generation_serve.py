@@ -10,6 +10,8 @@
   vllm          --vllm-python PATH: `vllm bench serve` (vLLM's own client, from its virtual environment) on the
                 same server and trace, beside this suite's figures
   soak          --soak-requests N: whole answers back to back, the server's RSS slope per 1,000 requests
+  A/B           --prefix-caching both, --compare-chunked-prefill N, --compare-flags FLAGS: two servers, without
+                and with the feature (or the flags), the same trace through each in every round, and the ratios
 
 Without --url it starts `ailab serve --generate SIZE` in its own process, as an operator runs it.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import statistics
 import subprocess
 import sys
@@ -66,6 +69,13 @@ def parse_args(argv):
         metavar="N",
         help="two servers, without and with --max-num-batched-tokens N, the same trace on each every round: "
         "TTFT and the p99 of TPOT and ITL, off over on",
+    )
+    p.add_argument(
+        "--compare-flags",
+        default="",
+        metavar="FLAGS",
+        help="two servers, as this suite starts one and with these `ailab serve` flags added (later flags win: "
+        "'--torch-threads 2 --generate-seats 16'), the same trace on each every round: the ratios on over off",
     )
     p.add_argument(
         "--prefix-caching",
@@ -341,17 +351,23 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     threads = args.threads or default_core_threads()  # what ailab serve --generate gives its core
-    both = {"prefix_caching": args.prefix_caching == "both", "chunked_prefill": args.compare_chunked_prefill}
+    both = {
+        "prefix_caching": args.prefix_caching == "both",
+        "chunked_prefill": args.compare_chunked_prefill,
+        "flags": args.compare_flags,
+    }
     if any(both.values()):
         if args.url:
             raise SystemExit(
-                "--prefix-caching both and --compare-chunked-prefill start their own servers; leave out --url"
+                "--prefix-caching both, --compare-chunked-prefill and --compare-flags start their own servers; leave out --url"
             )
         head = {"hardware": describe_hardware().one_line(), "size": args.size, "requests": n, "clients": args.clients}
         head.update(prompt_bytes=args.prompt_bytes, output_tokens=args.output_tokens, prefix_bytes=args.prefix_bytes)
         head.update(long_prompt_bytes=args.long_prompt_bytes, long_every=args.long_every)
         if both["prefix_caching"]:
             head["prefix_caching"] = prefix_caching_ab(args, trace, slo, threads)
+        if both["flags"]:
+            head["flags"] = feature_ab(args, trace, slo, threads, shlex.split(args.compare_flags))
         if both["chunked_prefill"]:
             import torch
 
@@ -489,6 +505,9 @@ def feature_ab(args, trace, slo: dict, threads: int, flags: list[str], baseline=
         for s in servers.values():
             s.stop()
     out = {"flags": flags, "rounds_detail": rows, **{k: statistics.median(r[k] for r in rows) for k in ratios}}
+    for key in ("output_throughput", "request_goodput"):  # more is better: on over off, per round
+        per_round = [r["on"][key] / r["off"][key] for r in rows if r["off"][key] > 0]
+        out[f"{key}_on_over_off"] = statistics.median(per_round) if per_round else None
     for side in ("off", "on"):
         for key in ("request_goodput", "output_throughput", "median_ttft_ms", "p99_tpot_ms", "p99_itl_ms"):
             out[f"{key}_{side}"] = statistics.median(r[side][key] for r in rows)
