@@ -96,56 +96,75 @@ def test_a_killed_replica_loses_only_what_it_had_in_flight(cluster):
     assert cluster.running_replicas() == 2
 
 
-def _scale_slow_replicas(cluster, ready_before_routed: bool) -> tuple[dict, list, list, int]:
-    """Deploy one slow replica, then scale to two while sampling /healthz and /v1/predict through the proxy.
-    Returns {pid: seconds after the scale-up when it first answered}, not-ready answers, failures, first pid."""
+# Two apps of slow replicas, scaled from one replica to two at the same time: "slow" starts routing to a replica
+# only once its model is loaded (the app's default), "eager" is the control with that switched off. One scale-up
+# cycle for both: on a busy CI worker each cycle of new replica processes took a minute or more.
+READY_BEFORE_ROUTED = {"slow": True, "eager": False}
+
+
+def _sample_scale_up(url: str, t_scale: float) -> tuple[dict, list, list]:
+    """Sample /healthz and /v1/predict of one app until both replicas answered, and past the new one's load.
+    Returns {pid: seconds after the scale-up when it first answered}, not-ready answers, failed predictions."""
+    seen, not_ready, failed = {}, [], []
+    with httpx.Client(timeout=30) as h:
+        # Any not-ready answer or refused prediction from the new replica then came while it was loading. A
+        # prediction sent to a loading replica waits at most its deadline (the server's 5 s), then answers 504.
+        while time.monotonic() - t_scale < SCALE_WINDOW_S and (
+            len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 2
+        ):
+            body = h.get(url + "/healthz").json()
+            if not body["ready"]:
+                not_ready.append(body["pid"])
+            seen.setdefault(body["pid"], time.monotonic() - t_scale)
+            r = h.post(url + "/v1/predict", json={"inputs": "x"})
+            if r.status_code != 200:
+                failed.append(r.status_code)
+            time.sleep(0.02)
+    return seen, not_ready, failed
+
+
+@pytest.fixture(scope="module")
+def scale_ups(cluster) -> dict:
+    """Deploy both apps with one slow replica each, then scale both to two while a thread per app samples it.
+    Returns {app: (first answers by pid, not-ready answers, failed predictions, the first replica's pid)}."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ray import serve
 
-    name = "slow" if ready_before_routed else "eager"
-    slow = deployment(
-        {"tiny": slow_tiny}, "tiny", replicas=1, num_cpus=0.25, name=name, ready_before_routed=ready_before_routed
-    )
-    serve.run(slow.bind(), name=name, route_prefix=f"/{name}")  # returns once the first replica runs
-    url = f"http://127.0.0.1:{cluster.port}/{name}"
+    apps = {
+        name: deployment({"tiny": slow_tiny}, "tiny", replicas=1, num_cpus=0.25, name=name, ready_before_routed=ready)
+        for name, ready in READY_BEFORE_ROUTED.items()
+    }
+    urls = {name: f"http://127.0.0.1:{cluster.port}/{name}" for name in apps}
+    serve.run_many([serve.RunTarget(app.bind(), name=n, route_prefix=f"/{n}") for n, app in apps.items()])
+    first = {}
     with httpx.Client(timeout=30) as h:
-        deadline = time.monotonic() + 60
-        while h.get(url + "/readyz").status_code != 200 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        first = h.get(url + "/healthz").json()["pid"]
-        # the same code with one more replica: Ray adds one and keeps the first (a new version would replace it)
-        scale = threading.Thread(
-            target=serve.run,
-            args=(slow.options(num_replicas=2).bind(),),
-            kwargs={"name": name, "route_prefix": f"/{name}"},
-        )
-        t_scale = time.monotonic()
-        scale.start()
-        seen, not_ready, failed = {}, [], []
-        try:
-            # Until both replicas answered, and past the new one's load: its first answer is then in `seen`, and
-            # any not-ready answer or refused prediction from it came while it was loading. A prediction sent to
-            # a loading replica waits at most its deadline (the server's 5 s), then answers 504.
-            while time.monotonic() - t_scale < SCALE_WINDOW_S and (
-                len(seen) < 2 or time.monotonic() - t_scale < SLOW_LOAD_S + 2
-            ):
-                body = h.get(url + "/healthz").json()
-                if not body["ready"]:
-                    not_ready.append(body["pid"])
-                seen.setdefault(body["pid"], time.monotonic() - t_scale)
-                r = h.post(url + "/v1/predict", json={"inputs": "x"})
-                if r.status_code != 200:
-                    failed.append(r.status_code)
-                time.sleep(0.02)
-        finally:  # a failure here must not leave the scale-up running into the next test
-            scale.join()
+        for name, url in urls.items():
+            deadline = time.monotonic() + 60
+            while h.get(url + "/readyz").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            first[name] = h.get(url + "/healthz").json()["pid"]
+    # the same code with one more replica: Ray adds one and keeps the first (a new version would replace it)
+    more = [
+        serve.RunTarget(app.options(num_replicas=2).bind(), name=n, route_prefix=f"/{n}") for n, app in apps.items()
+    ]
+    scale = threading.Thread(target=serve.run_many, args=(more,))
+    t_scale = time.monotonic()
+    scale.start()
+    try:
+        with ThreadPoolExecutor(len(urls)) as pool:
+            sampled = dict(zip(urls, pool.map(lambda url: _sample_scale_up(url, t_scale), urls.values())))
+    finally:  # a failure here must not leave the scale-up running into the next test
+        scale.join()
+        for name in apps:
             serve.delete(name)
-    return seen, not_ready, failed, first
+    return {name: (*sampled[name], first[name]) for name in apps}
 
 
-def test_a_slow_replica_gets_traffic_only_once_ready(cluster):
+def test_a_slow_replica_gets_traffic_only_once_ready(scale_ups):
     """Scale from 1 to 2 replicas whose loader takes 4 s: every answer during the scale-up comes from a ready
     replica, and the new one answers only after its load finished."""
-    seen, not_ready, failed, first = _scale_slow_replicas(cluster, ready_before_routed=True)
+    seen, not_ready, failed, first = scale_ups["slow"]
     print(f"first answer from each replica, seconds after the scale-up began: {seen}")
     assert not not_ready and not failed, (not_ready, failed)
     new = [pid for pid in seen if pid != first]
@@ -153,9 +172,9 @@ def test_a_slow_replica_gets_traffic_only_once_ready(cluster):
     assert seen[new[0]] >= SLOW_LOAD_S, seen  # the new replica was routed to only after its 4 s load
 
 
-def test_without_ready_before_routed_the_new_replica_is_routed_to_while_loading(cluster):
+def test_without_ready_before_routed_the_new_replica_is_routed_to_while_loading(scale_ups):
     """The control: start-up that ends before the model is ready lets Ray route to a replica answering 503."""
-    seen, not_ready, failed, first = _scale_slow_replicas(cluster, ready_before_routed=False)
+    seen, not_ready, failed, first = scale_ups["eager"]
     print(f"not ready answers: {len(not_ready)}, failed predictions: {failed}")
     # Traffic reached a replica still loading: its /healthz said not ready, or a prediction sent there waited for
     # the model (504 at its deadline) or was refused (503). Under load the sampling loop can sit in that very
