@@ -1,9 +1,10 @@
 """One source of server settings: ServerConfig's fields give the defaults, the bounds, the `ailab serve`
 flags and the AILAB_* environment variables."""
 
+import httpx
 import pytest
 
-from ailab.server import ServerConfig, create_app, serve_main
+from ailab.server import ServerConfig, create_app, serve_main, start_in_thread
 from ailab.server.config import config_from_args, misspelt_env_settings
 from ailab.server.run import build_parser
 
@@ -117,3 +118,55 @@ def test_the_generation_engine_takes_its_kv_blocks_from_the_flag():
         assert engine.ready.wait(60) and engine.core.cache.allocator.num_blocks == 40
     finally:
         engine.close()
+
+
+def test_tiny_gpt_params_counts_what_the_model_holds():
+    from ailab.models import TINY_GPT_SIZES, tiny_gpt, tiny_gpt_params
+
+    for size in TINY_GPT_SIZES:
+        assert tiny_gpt_params(size) == sum(p.numel() for p in tiny_gpt(size).parameters()), size
+    with pytest.raises(ValueError, match="choose one of"):
+        tiny_gpt_params("3b")
+
+
+def test_the_engine_defaults_follow_the_models_arithmetic():
+    """A step that is mostly Python (1m) leaves a core to the HTTP side and keeps 8 seats; a step that is
+    arithmetic (30m) takes every core and twice the seats; the reason names the figure that decided."""
+    from ailab.server.generation_policy import COMPUTE_BOUND_STEP_GFLOP, engine_defaults
+
+    small, large = engine_defaults("1m", cores=2), engine_defaults("30m", cores=2)
+    assert (small.seats, small.core_threads) == (8, 1) and "HTTP side" in small.why
+    assert (large.seats, large.core_threads) == (16, 2) and "GFLOP" in large.why
+    assert engine_defaults("1m", cores=1).core_threads == 1, "never zero threads"
+    assert engine_defaults("30m", cores=8).core_threads == 8
+    assert small.step_gflop < COMPUTE_BOUND_STEP_GFLOP <= large.step_gflop
+    with pytest.raises(ValueError, match="choose one of"):
+        engine_defaults("3b")
+    from ailab.labs.lab_capstone_llm import DEFAULTS, SIZE
+
+    assert DEFAULTS["seats"] == engine_defaults(SIZE).seats, "the capstone's baseline is the server's defaults"
+
+
+def test_the_generation_engine_says_what_it_chose_and_why(capsys):
+    from ailab.server.run import build_parser, generation_engine
+
+    engine = generation_engine(build_parser().parse_args(["--generate", "1m", "--generation-in-thread"]), None)
+    try:
+        assert engine.ready.wait(60) and engine.core.scheduler.max_running == engine.settings["seats"] == 8
+        assert engine.settings["chosen_by"] == {"seats": "default", "core_threads": "default"}
+        with start_in_thread(create_app(generation=engine, config=ServerConfig(api_key="k"))) as h:
+            mine = httpx.get(h.url + "/healthz", headers={"Authorization": "Bearer k"}, timeout=10).json()
+            anyone = httpx.get(h.url + "/healthz", timeout=10).json()
+        assert mine["generation_engine"] == engine.settings and "generation_engine" not in anyone
+    finally:
+        engine.close()
+    line = capsys.readouterr().err
+    assert "generation engine for 1m (0.9 M parameters): 8 seats (default)" in line and "because" in line, line
+    told = generation_engine(
+        build_parser().parse_args(["--generate", "1m", "--generation-in-thread", "--generate-seats", "3"]), 2
+    )
+    try:
+        assert told.settings["chosen_by"] == {"seats": "flag", "core_threads": "flag"}
+        assert (told.settings["seats"], told.settings["core_threads"]) == (3, 2)
+    finally:
+        told.close()

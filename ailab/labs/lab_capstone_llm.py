@@ -96,7 +96,7 @@ def step_ms(trace=None, model=None, seqs: int = CLIENTS) -> float:
     from ailab.server.generation_policy import default_core_threads
 
     trace, model = trace or workload(), model or _model()
-    with torch_threads(default_core_threads()):
+    with torch_threads(default_core_threads(SIZE)):
         core = EngineCore.for_model(model, seqs * MAX_MODEL_LEN // BLOCK_SIZE, BLOCK_SIZE, seqs, True)
         core.warm_up(2)
         for r in as_requests(trace[:seqs]):
@@ -138,7 +138,7 @@ def run_in_process(settings: dict, trace=None, clients: int = CLIENTS, model=Non
 
     s = {**DEFAULTS, **settings}
     trace, model = trace or workload(), model or _model()
-    with torch_threads(default_core_threads()):  # the engine core's threads, as the server gives it
+    with torch_threads(default_core_threads(SIZE)):  # the engine core's threads, as the server gives it
         core = EngineCore.for_model(
             model, s["kv_blocks"], BLOCK_SIZE, s["seats"], s["prefix_caching"], s["max_num_batched_tokens"]
         )

@@ -17,7 +17,7 @@ is refused with an error naming the file and both hashes (topic E6).
 - labels.py    TextLabel: what a text classifier answers per text, the one shape every caller reads
 """
 
-from ailab.models.decoders import TINY_GPT_SIZES, tiny_gpt
+from ailab.models.decoders import TINY_GPT_SIZES, tiny_gpt, tiny_gpt_params
 from ailab.models.encoders import MAX_LENGTH, Encoder, MeanPoolEncoder, load_encoder, load_tokenizer, tiny_bert
 from ailab.models.heads import (
     SentimentClassifier,
@@ -74,6 +74,7 @@ __all__ = [
     "text_labels",
     "tiny_bert",
     "tiny_gpt",
+    "tiny_gpt_params",
     "train_linear_head",
     "truncation_flags",
     "verify_file",

@@ -12,6 +12,16 @@ TINY_GPT_SIZES = {  # name: (layers, heads, embedding width, positions)
 }
 
 
+def tiny_gpt_params(size: str, vocab_size: int = 256) -> int:
+    """Parameters of tiny_gpt(size), from its shape alone (no model built): per layer the Q, K, V, output and two
+    MLP matrices (12 d^2) with their biases and two LayerNorms (13 d), then the token and position embeddings
+    (the output head shares the token embedding) and the last LayerNorm."""
+    if size not in TINY_GPT_SIZES:
+        raise ValueError(f"size={size!r}; choose one of {list(TINY_GPT_SIZES)}")
+    layers, _, width, positions = TINY_GPT_SIZES[size]
+    return layers * (12 * width * width + 13 * width) + (vocab_size + positions) * width + 2 * width
+
+
 def tiny_gpt(size: str = "1m", seed: int = 0, vocab_size: int = 256):
     """A Hugging Face GPT2LMHeadModel built from a config (no download), randomly initialised, in eval mode.
     ailab.generation.Decoder runs it with ailab's own KV cache; Hugging Face's forward is the oracle."""

@@ -55,6 +55,7 @@ class AsyncLLM:
         # read from any thread (gauges, tests); written after each step
         self.running, self.waiting, self.blocks_free = 0, 0, num_blocks
         self.dead_reason: str | None = None
+        self.settings: dict = {}  # what `ailab serve` chose for it and why (generation_policy), shown in /healthz
         self.output_processor = OutputProcessor()
         self._ids = itertools.count()
         core_kw = {

@@ -169,6 +169,7 @@ async def healthz(request: Request) -> Response:
             "engine_choice": entry.predictor.engine_choice if entry else None,
             "models_loaded": sorted(registry.loaded),
             "generation_model": generation.name if generation else None,
+            "generation_engine": generation.settings if generation else None,
             "rss_bytes": state.rss(),
             "recent_qps": round(state.metrics.recent_qps(), 2),
             "in_flight": state.in_flight,

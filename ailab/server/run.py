@@ -326,9 +326,10 @@ def generation_engine(args, threads: int | None = None):
     from functools import partial
 
     from ailab.server.async_llm import AsyncLLM
-    from ailab.server.generation_policy import DEFAULT_SEATS, default_core_threads, generation_model
+    from ailab.server.generation_policy import engine_defaults, generation_model
 
-    seats = DEFAULT_SEATS if args.generate_seats is None else args.generate_seats
+    chosen = engine_defaults(args.generate)  # raises ValueError naming the sizes for an unknown one
+    seats = chosen.seats if args.generate_seats is None else args.generate_seats
     if not 1 <= seats <= 256:
         raise ValueError(f"--generate-seats must be between 1 and 256 sequences, got {seats}")
     if args.generate_blocks is not None and not 1 <= args.generate_blocks <= 65_536:
@@ -344,7 +345,8 @@ def generation_engine(args, threads: int | None = None):
         verify_file(args.generate_weights, args.generate_sha256)  # refused here, with its words, before any process
     factory = partial(generation_model, args.generate, args.generate_weights, args.generate_sha256)
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
-    threads = threads or default_core_threads()
+    told = {"seats": args.generate_seats is not None, "core_threads": bool(threads)}
+    threads = threads or chosen.core_threads
     budget = args.max_num_batched_tokens
     if budget is not None and budget < seats:
         raise ValueError(
@@ -355,9 +357,24 @@ def generation_engine(args, threads: int | None = None):
     kw["max_num_batched_tokens"] = budget
     if args.generate_blocks is not None:
         kw["num_blocks"] = args.generate_blocks
-    if args.generation_in_thread:
-        return AsyncLLM(factory(), **kw)
-    return AsyncLLM(factory, process=True, **kw)
+    # What the engine runs with and where each setting came from: printed now, and in /healthz's private half.
+    settings = {
+        "seats": seats,
+        "core_threads": threads,
+        "num_blocks": kw.get("num_blocks", 256),
+        "chosen_by": {k: "flag" if v else "default" for k, v in told.items()},
+        "why": chosen.why,
+    }
+    print(
+        f"generation engine for {args.generate} ({chosen.params / 1e6:.1f} M parameters): {seats} seats "
+        f"({settings['chosen_by']['seats']}), {threads} core thread(s) ({settings['chosen_by']['core_threads']}); "
+        f"the defaults because {chosen.why}",
+        file=sys.stderr,
+        flush=True,
+    )
+    engine = AsyncLLM(factory(), **kw) if args.generation_in_thread else AsyncLLM(factory, process=True, **kw)
+    engine.settings = settings
+    return engine
 
 
 def _serve_with_ray(args, models, default, config) -> int:

@@ -90,7 +90,7 @@ def parse_args(argv):
         "--threads",
         type=int,
         default=None,
-        help="torch threads of the server's engine core (default: as ailab serve gives it, cores - 1)",
+        help="torch threads of the server's engine core (default: as ailab serve gives it for --size, engine_defaults)",
     )
     p.add_argument("--rounds", type=int, default=None, help="rounds of every run, back to back (default 3, quick 1)")
     p.add_argument("--no-in-process", action="store_true", help="skip the in-process run of the same trace")
@@ -332,7 +332,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     import httpx
 
     from ailab.bench.llm import serve_bench
-    from ailab.server.generation_policy import default_core_threads
+    from ailab.server.generation_policy import engine_defaults
     from ailab.device import describe_hardware, pick_device
     from ailab.scratch import scratch_dir
     from ailab.services import start_ailab_server
@@ -350,7 +350,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     )  # flat out: every arrival at 0
     slo = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
-    threads = args.threads or default_core_threads()  # what ailab serve --generate gives its core
+    defaults = engine_defaults(args.size)  # what ailab serve --generate SIZE gives its core, unless told
+    threads = args.threads or defaults.core_threads
     both = {
         "prefix_caching": args.prefix_caching == "both",
         "chunked_prefill": args.compare_chunked_prefill,
@@ -373,14 +374,13 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
 
             from ailab.generation import Decoder
             from ailab.models import tiny_gpt
-            from ailab.server.generation_policy import DEFAULT_SEATS
 
             torch.set_num_threads(threads)  # as the server's core runs
             local = Decoder(tiny_gpt(args.size).to(pick_device()))
             context = args.prompt_bytes + args.output_tokens // 2  # a short request half way through its answer
 
             def bare() -> float:
-                return bare_decode_step_ms(local, DEFAULT_SEATS, context)
+                return bare_decode_step_ms(local, defaults.seats, context)
 
             budget = ["--max-num-batched-tokens", str(args.compare_chunked_prefill)]
             head["chunked_prefill"] = ab = feature_ab(args, trace, slo, threads, budget, baseline=bare)
