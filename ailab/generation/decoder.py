@@ -69,15 +69,24 @@ class Decoder(nn.Module):
 
     def _attention(self, layer: int, attn, x: torch.Tensor, view) -> torch.Tensor:
         B, T, C = x.shape
-        qkv = torch.addmm(attn.c_attn.bias, x.reshape(B * T, C), attn.c_attn.weight).view(B, T, 3 * C)
+        qkv = _project(attn.c_attn, x.reshape(B * T, C)).view(B, T, 3 * C)
         q, k, v = qkv.split(C, dim=2)  # (B, T, C) each
         q, k, v = (z.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
         y = view.attend(layer, q, k, v, scale=1.0 / math.sqrt(self.head_dim))  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B * T, C)
-        return torch.addmm(attn.c_proj.bias, y, attn.c_proj.weight).view(B, T, C)
+        return _project(attn.c_proj, y).view(B, T, C)
 
     def _mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        h = torch.addmm(mlp.c_fc.bias, x.reshape(B * T, C), mlp.c_fc.weight)
+        h = _project(mlp.c_fc, x.reshape(B * T, C))
         h = F.gelu(h, approximate="tanh")  # GPT-2's "gelu_new"
-        return torch.addmm(mlp.c_proj.bias, h, mlp.c_proj.weight).view(B, T, C)
+        return _project(mlp.c_proj, h).view(B, T, C)
+
+
+def _project(layer, x: torch.Tensor) -> torch.Tensor:
+    """x (N, in) -> (N, out) through one of GPT-2's linear layers. Its Conv1D stores the weight (in, out), so
+    `x @ W + b` is one addmm with no transpose; a weight-only quantized layer (ailab.quantize.weight_only) runs
+    its own kernel. (Matched by name: importing transformers here would cost every importer a second.)"""
+    if type(layer).__name__ == "Conv1D":
+        return torch.addmm(layer.bias, x, layer.weight)
+    return layer(x)

@@ -5,12 +5,13 @@ and a QuantReport that accepts a model only within a stated accuracy drop (topic
     INT8 dyn.  quantize_dynamic_int8(path)            weights INT8 ahead of time, activations per batch
     INT8 stat. quantize_static_int8(path, reader)     activations' ranges fixed from calibration samples
     gate       quant_report(candidate, fp32, inputs, labels).passed
+    decoder    quantize_decoder(gpt, "int8" | "int4")      weight-only: the linear weights in fewer bits
 
 torch.ao.quantization is deprecated; INT8 here goes through onnxruntime.quantization.
 
 One concept per file: casts.py (fp16/bf16), static_int8.py (calibration), evaluate.py (held-out rows
-through a runner), report.py (the gate and the QuantReport). The precision explorer's callback is
-ailab.widgets.precision_view.
+through a runner), report.py (the gate and the QuantReport), weight_only.py (the decoder's weights). The
+precision explorer's callback is ailab.widgets.precision_view.
 """
 
 from __future__ import annotations
@@ -28,3 +29,9 @@ from ailab.quantize.report import (
     quant_report,
 )
 from ailab.quantize.static_int8 import CALIBRATION_METHODS, CalibrationReader, quantize_static_int8
+from ailab.quantize.weight_only import (
+    Int4WeightOnlyLinear,
+    Int8WeightOnlyLinear,
+    linear_weight_bytes,
+    quantize_decoder,
+)

@@ -73,9 +73,11 @@ def default_core_threads(size: str = "1m") -> int:
     return engine_defaults(size).core_threads
 
 
-def generation_model(size: str, weights: str | None = None, sha256: str | None = None):
+def generation_model(size: str, weights: str | None = None, sha256: str | None = None, quantization: str | None = None):
     """The Decoder served: tiny_gpt(size), or weights saved by train.save_lm (hash-checked), where the classifiers
-    run (predictors.py picks the same device); the KV block pool follows the model. Picklable through
+    run (predictors.py picks the same device); the KV block pool follows the model. With `quantization` ("int8",
+    "int4"), the blocks' linear weights are stored in fewer bits (ailab.quantize.weight_only): through PyTorch's
+    CPU kernels on a CPU, dequantized before each matmul elsewhere (those kernels are CPU-only). Picklable through
     functools.partial, so a core process of its own can build it."""
     from ailab.device import pick_device
     from ailab.generation import Decoder
@@ -83,4 +85,9 @@ def generation_model(size: str, weights: str | None = None, sha256: str | None =
     from ailab.models import tiny_gpt
 
     hf = load_lm(weights, sha256, size) if weights else tiny_gpt(size)
-    return Decoder(hf.to(pick_device()))
+    device = pick_device()
+    if quantization is not None:
+        from ailab.quantize.weight_only import quantize_decoder
+
+        hf = quantize_decoder(hf, quantization, kernel="aten" if device.type == "cpu" else "plain")
+    return Decoder(hf.to(device))

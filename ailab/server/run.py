@@ -232,6 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
         "chunks), so a long prompt no longer stalls the answers being decoded beside it, as vLLM's flag of that "
         "name; at least --generate-seats. Default: none (a prompt is computed in the step that admits it)",
     )
+    p.add_argument(
+        "--quantization",
+        choices=("int8", "int4"),
+        default=None,
+        help="with --generate: the decoder's linear weights stored in fewer bits (weight-only: int8 per output "
+        "channel, int4 in groups of 32 inputs; ailab.quantize.weight_only), as vLLM's flag of that name. A decode "
+        "step reads 4x (int8) or 5.3x (int4) fewer weight bytes; activations and the KV cache stay fp32",
+    )
     add_config_flags(p)
     p.add_argument(
         "--timeout-s", dest="request_timeout_s", type=float, default=None, help="the same as --request-timeout-s"
@@ -316,11 +324,12 @@ def generation_engine(args, threads: int | None = None):
             or args.generate_blocks is not None
             or args.enable_prefix_caching
             or args.max_num_batched_tokens is not None
+            or args.quantization
         ):
             raise ValueError(
                 "--generate-weights, --generate-sha256, --classifier, --served-model-name, --generate-seats, "
-                "--generate-blocks, --generation-in-thread, --enable-prefix-caching and --max-num-batched-tokens need --generate SIZE "
-                "(the model's size)"
+                "--generate-blocks, --generation-in-thread, --enable-prefix-caching, --max-num-batched-tokens and "
+                "--quantization need --generate SIZE (the model's size)"
             )
         return None
     from functools import partial
@@ -343,7 +352,9 @@ def generation_engine(args, threads: int | None = None):
         from ailab.models import verify_file
 
         verify_file(args.generate_weights, args.generate_sha256)  # refused here, with its words, before any process
-    factory = partial(generation_model, args.generate, args.generate_weights, args.generate_sha256)
+    factory = partial(
+        generation_model, args.generate, args.generate_weights, args.generate_sha256, quantization=args.quantization
+    )
     name = args.served_model_name or f"ailab-gpt-{args.generate}"
     told = {"seats": args.generate_seats is not None, "core_threads": bool(threads)}
     threads = threads or chosen.core_threads
@@ -362,12 +373,14 @@ def generation_engine(args, threads: int | None = None):
         "seats": seats,
         "core_threads": threads,
         "num_blocks": kw.get("num_blocks", 256),
+        "quantization": args.quantization or "none (fp32 weights)",
         "chosen_by": {k: "flag" if v else "default" for k, v in told.items()},
         "why": chosen.why,
     }
     print(
         f"generation engine for {args.generate} ({chosen.params / 1e6:.1f} M parameters): {seats} seats "
-        f"({settings['chosen_by']['seats']}), {threads} core thread(s) ({settings['chosen_by']['core_threads']}); "
+        f"({settings['chosen_by']['seats']}), {threads} core thread(s) ({settings['chosen_by']['core_threads']}), "
+        f"weights {settings['quantization']}; "
         f"the defaults because {chosen.why}",
         file=sys.stderr,
         flush=True,
