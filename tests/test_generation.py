@@ -398,6 +398,9 @@ def test_bench_generation_quick_has_every_figure():
     sat = out["saturated"]
     assert sat["requests"] == 16 and sat["continuous_over_static_tokens_per_s"] > 0
     assert sat["bound_if_steps_cost_the_same"] >= 1 and [s["batch"] for s in sat["step_cost"]] == [1, 8]
+    wo = out["weight_only"]
+    assert list(wo["by_batch"]) == ["1"] and set(wo["by_batch"]["1"]) == {"fp32", "int8", "int4"}
+    assert wo["variants"]["int8"]["bytes_vs_fp32"] < 0.27 and wo["variants"]["int4"]["bytes_vs_fp32"] < 0.2
     for row in sat["step_cost"]:
         assert (
             row["forward_ms"] > 0

@@ -225,6 +225,19 @@ def quantize_decoder(hf_model, scheme: str = "int8", group_size: int = 32, kerne
     return model
 
 
+def round_trip_decoder(hf_model, bits: int, group_size: int = 32):
+    """A copy of a tiny_gpt whose blocks' linear weights are replaced by quantize_groupwise's codes turned back into
+    fp32 (dequantize_int4): the accuracy of any width from 1 to 8 bits, run by the fp32 kernels (no speed-up)."""
+    model = copy.deepcopy(hf_model).eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            for layer in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                w, _ = _weight_and_bias(layer)  # (out, in)
+                back = dequantize_int4(*quantize_groupwise(w, group_size, bits), group_size)
+                layer.weight.copy_(back.t() if type(layer).__name__ == "Conv1D" else back)
+    return model
+
+
 def linear_weight_bytes(hf_model) -> int:
     """Bytes of the blocks' linear weights as stored (codes, scales, offsets): what one decode step reads for them."""
     total = 0

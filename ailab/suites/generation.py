@@ -13,6 +13,10 @@ saturated         the same three flat out (every request at once): continuous ov
                   the tokens/s the measured matmul peak and bandwidth allow on the same burst, and the share reached
 compiled          the decode step under torch.compile beside eager: step cost by batch, and the continuous
                   scheduler flat out on the same burst, in turn (full runs, or --compile)
+weight_only       fp32, INT8 and INT4 weights (ailab.quantize.weight_only) on --weight-only-size (default 30m,
+                  where the weights outweigh the cache; --size with --quick): decode ms per step at batch 1 and 16
+                  in interleaved rounds, speed-ups as medians of per-round ratios, weight bytes per step; and the
+                  bits per byte of each on held-out text, for a 1m model trained here (full runs)
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def parse_args(argv):
         action=argparse.BooleanOptionalAction,
         default=None,
         help="measure the compiled decode step beside the eager one (default: on, off with --quick)",
+    )
+    p.add_argument(
+        "--weight-only-size",
+        default=None,
+        help="tiny_gpt size for the weight-only section's speeds (default 30m; --size with --quick)",
     )
     p.add_argument("--json", action="store_true", help="accepted; `ailab bench --json generation` prints JSON")
     return p.parse_args(argv or [])
@@ -158,7 +167,30 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     out["saturated"]["roofline"] = roof
     if args.compile if args.compile is not None else not quick:
         out["compiled"] = compiled_vs_eager(model, burst, seats, cost, rounds=1 if quick else 3)
+    out["weight_only"] = weight_only(args.weight_only_size or (args.size if quick else "30m"), quick, dev)
     out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def weight_only(size: str, quick: bool, dev) -> dict:
+    """Decode speed by batch for fp32, INT8 and INT4 weights of tiny_gpt(size), and (full runs) the bits per byte
+    each costs a 1m model trained here for 100 steps (random weights have no bits per byte worth reading)."""
+    from ailab.generation.train import corpus, train_lm
+    from ailab.models import tiny_gpt
+    from ailab.quantize.decoder_report import quantized_variants, weight_only_report
+
+    kernel = "aten" if dev.type == "cpu" else "plain"  # PyTorch's weight-only kernels used here are CPU-only
+    model = tiny_gpt(size).to(dev)
+    out = weight_only_report(
+        model, quantized_variants(model, kernel=kernel), batches=(1,) if quick else (1, 16), rounds=3 if quick else 7
+    )
+    out["model"], out["kernel"] = f"tiny_gpt({size!r})", kernel
+    if not quick:
+        trained = train_lm("1m", steps=100, max_seconds=None).model.to(dev)
+        report = weight_only_report(
+            trained, quantized_variants(trained, kernel=kernel), batches=(), held_out=corpus("test").to(dev)
+        )
+        out["bits_per_byte_1m_trained"] = {name: row["bits_per_byte"] for name, row in report["variants"].items()}
     return out
 
 
