@@ -126,6 +126,13 @@ PLAN = (
     Item("solutions/5_generation/lab_prefix_cache.ipynb", 150, False, "the prefix-cache lab, its pool on the GPU"),
     Item("solutions/5_generation/ex_chunked_prefill.ipynb", 120, False, "the chunked-prefill exercise"),
     Item("solutions/5_generation/lab_capstone_llm.ipynb", 300, True, "the LLM capstone's settings run live"),
+    Item(
+        "notebooks/5_generation/07_weights_in_fewer_bits.ipynb",
+        240,
+        True,
+        "INT8/INT4 weights on the GPU through the plain dequantize: bytes, the bits-per-byte gate, speeds printed",
+    ),
+    Item("solutions/5_generation/ex_weight_quant.ipynb", 120, False, "the weight-quantization exercise"),
 )
 
 # What cannot travel in one call (project + bundle <= 60 MiB, no package registry, no Debian packages), and why.

@@ -49,8 +49,9 @@ def _decode_steps(decoder, batch: int, context: int, steps: int):
 
     g = torch.Generator().manual_seed(0)
     cache = KVCache.for_model(decoder, batch, context + steps)
-    prefill(decoder, cache, torch.randint(0, decoder.vocab_size, (batch, context), generator=g))
-    token = torch.randint(0, decoder.vocab_size, (batch, 1), generator=g)
+    prompt = torch.randint(0, decoder.vocab_size, (batch, context), generator=g).to(decoder.device)  # (B, T)
+    prefill(decoder, cache, prompt)
+    token = torch.randint(0, decoder.vocab_size, (batch, 1), generator=g).to(decoder.device)  # (B, 1)
 
     def run():
         cache.length = context
@@ -91,7 +92,7 @@ def weight_only_report(
     by_batch = {}
     for batch in batches:
         fns = {name: _decode_steps(Decoder(m), batch, context, steps) for name, m in variants.items()}
-        comparison = interleaved(fns, rounds=rounds, warmup=1)
+        comparison = interleaved(fns, rounds=rounds, warmup=1, device=Decoder(variants["fp32"]).device)
         entry = {}
         for name in variants:
             ms = float(np.median(comparison.samples[name])) / steps

@@ -68,7 +68,7 @@ def dequantize_int4(
     codes: torch.Tensor, scales: torch.Tensor, lows: torch.Tensor, group_size: int = 32
 ) -> torch.Tensor:
     """The inverse: codes (out, in), scales and lows (out, groups) -> w (out, in) fp32."""
-    per_input = torch.arange(codes.shape[1]) // group_size  # (in,): the group of each input
+    per_input = torch.arange(codes.shape[1], device=codes.device) // group_size  # (in,): the group of each input
     return codes.float() * scales[:, per_input] + lows[:, per_input]
 
 
