@@ -401,6 +401,11 @@ def test_bench_generation_quick_has_every_figure():
     wo = out["weight_only"]
     assert list(wo["by_batch"]) == ["1"] and set(wo["by_batch"]["1"]) == {"fp32", "int8", "int4"}
     assert wo["variants"]["int8"]["bytes_vs_fp32"] < 0.27 and wo["variants"]["int4"]["bytes_vs_fp32"] < 0.2
+    spec = out["speculative"]["rows"]
+    assert {(r["prompts"], r["method"], r["k"]) for r in spec} == {
+        (p, m, k) for p in ("held-out text", "random bytes") for m, k in (("draft", 2), ("ngram", 4))
+    }
+    assert all(0 <= r["acceptance"] <= 1 and r["speedup"] > 0 for r in spec)
     for row in sat["step_cost"]:
         assert (
             row["forward_ms"] > 0

@@ -17,6 +17,9 @@ weight_only       fp32, INT8 and INT4 weights (ailab.quantize.weight_only) on --
                   where the weights outweigh the cache; --size with --quick): decode ms per step at batch 1 and 16
                   in interleaved rounds, speed-ups as medians of per-round ratios, weight bytes per step; and the
                   bits per byte of each on held-out text, for a 1m model trained here (full runs)
+speculative       greedy speculative decoding, an 8m target and a 1m draft trained here (full runs; random weights
+                  with --quick): acceptance and speed-up over plain decoding by k, on held-out text and on random
+                  bytes, interleaved rounds per prompt; and prompt lookup (n-gram) at k = 4
 """
 
 from __future__ import annotations
@@ -168,6 +171,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     if args.compile if args.compile is not None else not quick:
         out["compiled"] = compiled_vs_eager(model, burst, seats, cost, rounds=1 if quick else 3)
     out["weight_only"] = weight_only(args.weight_only_size or (args.size if quick else "30m"), quick, dev)
+    out["speculative"] = speculative(quick, dev)
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -192,6 +196,39 @@ def weight_only(size: str, quick: bool, dev) -> dict:
         )
         out["bits_per_byte_1m_trained"] = {name: row["bits_per_byte"] for name, row in report["variants"].items()}
     return out
+
+
+def speculative(quick: bool, dev) -> dict:
+    """Acceptance and speed-up by k for greedy speculative decoding at batch 1 (ailab.generation.speculative)."""
+    import torch
+
+    from ailab.generation import Decoder
+    from ailab.generation.speculative import speculation_by_k
+    from ailab.generation.train import corpus, train_lm
+    from ailab.models import tiny_gpt
+
+    if quick:
+        target, draft = Decoder(tiny_gpt("1m", seed=1).to(dev)), Decoder(tiny_gpt("1m", seed=2).to(dev))
+    else:
+        target = Decoder(train_lm("8m", steps=60, max_seconds=None).model.to(dev))
+        draft = Decoder(train_lm("1m", steps=60, max_seconds=None).model.to(dev))
+    held = corpus("test")
+    n = 1 if quick else 4
+    prompts = {
+        "held-out text": [held[i * 700 : i * 700 + 32][None].to(dev) for i in range(n)],
+        "random bytes": [
+            torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(i)).to(dev) for i in range(n)
+        ],
+    }
+    rows = speculation_by_k(
+        target,
+        draft,
+        prompts,
+        ks=(2,) if quick else (1, 2, 4, 8),
+        new_tokens=8 if quick else 64,
+        rounds=1 if quick else 3,
+    )
+    return {"target": "tiny_gpt('8m')" if not quick else "tiny_gpt('1m')", "draft": "tiny_gpt('1m')", "rows": rows}
 
 
 def compiled_vs_eager(model, burst, seats: int, eager_cost: list[dict], rounds: int) -> dict:
