@@ -93,7 +93,8 @@ LANE_NOTEBOOKS := $(addprefix solutions/,0_orientation/ex_pin_drift.ipynb 1_hard
 	2_engine/ex_verify_then_load.ipynb 2_engine/lab_accuracy_gate.ipynb 2_engine/lab_export_verify.ipynb \
 	3_serving/ex_bucket_batches.ipynb 4_application/ex_alert_states.ipynb 4_application/ex_recall_at_k.ipynb \
 	5_generation/ex_decode_loop.ipynb 5_generation/lab_scheduler_step.ipynb 5_generation/lab_prefix_cache.ipynb \
-	5_generation/ex_chunked_prefill.ipynb 5_generation/ex_weight_quant.ipynb)
+	5_generation/ex_chunked_prefill.ipynb 5_generation/ex_weight_quant.ipynb \
+	5_generation/ex_verify_accept.ipynb)
 test: setup services gpu-bundle
 	@# ailab's own bytecode, once: where PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process the
 	@# run starts (kernels, servers, workers) would otherwise compile the ailab modules it imports, each time.

@@ -133,6 +133,13 @@ PLAN = (
         "INT8/INT4 weights on the GPU through the plain dequantize: bytes, the bits-per-byte gate, speeds printed",
     ),
     Item("solutions/5_generation/ex_weight_quant.ipynb", 120, False, "the weight-quantization exercise"),
+    Item(
+        "notebooks/5_generation/08_speculative_decoding.ipynb",
+        180,
+        True,
+        "speculative decoding's forward cost by tokens, acceptance and speed-up by k on the GPU",
+    ),
+    Item("solutions/5_generation/ex_verify_accept.ipynb", 120, False, "the verify-and-accept exercise"),
 )
 
 # What cannot travel in one call (project + bundle <= 60 MiB, no package registry, no Debian packages), and why.

@@ -402,8 +402,8 @@ def test_bench_generation_quick_has_every_figure():
     assert list(wo["by_batch"]) == ["1"] and set(wo["by_batch"]["1"]) == {"fp32", "int8", "int4"}
     assert wo["variants"]["int8"]["bytes_vs_fp32"] < 0.27 and wo["variants"]["int4"]["bytes_vs_fp32"] < 0.2
     spec = out["speculative"]["rows"]
-    assert {(r["prompts"], r["method"], r["k"]) for r in spec} == {
-        (p, m, k) for p in ("held-out text", "random bytes") for m, k in (("draft", 2), ("ngram", 4))
+    assert {(r["prompts"], r["proposer"]) for r in spec} == {
+        (p, m) for p in ("held-out text", "random bytes") for m in ("draft k=2", "ngram k=4")
     }
     assert all(0 <= r["acceptance"] <= 1 and r["speedup"] > 0 for r in spec)
     for row in sat["step_cost"]:

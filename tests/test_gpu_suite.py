@@ -85,7 +85,7 @@ def test_rehearsal_passes_through_every_step(rehearsal):
     for r in summary["results"]:
         assert r["status"] == "passed" and r["failed"] == 0 and r["cells"] > 3, r
     assert summary["counts"]["passed"] == len(REHEARSED) and summary["left_out"] == gpu_suite.LEFT_OUT
-    assert summary["covered"] == len(REHEARSED) and summary["of_all"] == 62
+    assert summary["covered"] == len(REHEARSED) and summary["of_all"] == 64
 
 
 def test_rehearsal_uses_the_bundle_as_the_device_would(rehearsal):

@@ -116,6 +116,7 @@ def test_the_generation_engine_takes_its_kv_blocks_from_the_flag():
     )
     try:
         assert engine.ready.wait(60) and engine.core.cache.allocator.num_blocks == 40
+        assert engine.settings["num_blocks"] == 40, "the pool's size, as /healthz shows it"
     finally:
         engine.close()
 

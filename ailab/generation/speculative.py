@@ -6,6 +6,7 @@ and the longest prefix the target agrees with is kept, plus one token of the tar
 disagreed, or a bonus after k agreements). Every round makes at least one token; a good guesser makes several.
 
     proposers    DraftProposer(draft)    a small model's own greedy or sampled guesses (its own KV cache)
+                 BigramProposer(text)    a draft that costs nothing to run: the next-byte table of a text
                  NgramProposer()         prompt lookup: the tokens that followed the last n tokens where they
                                          appeared earlier in the context (vLLM's "ngram" method; no model at all)
     verify       greedy: keep the draft tokens while they equal the target's argmax
@@ -20,6 +21,7 @@ as gpt-fast's speculative_decode: a rejected guess is undone by moving the cache
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -98,6 +100,37 @@ class DraftProposer:
         return tokens, (torch.stack(dists) if dists else None)
 
 
+class BigramProposer:
+    """A draft model reduced to a table: how often each byte followed each byte in a training text (add-one). Its
+    guesses chain from the last token: the likeliest next byte (greedy) or a draw from the row (sampling). Counting
+    takes milliseconds and a guess is a table lookup, so the whole gain of speculation is left to the target."""
+
+    def __init__(self, text: torch.Tensor, vocab: int = 256):
+        if text.dim() != 1 or len(text) < 2:
+            raise ValueError(
+                f"the bigram table is counted over a 1-D tensor of token ids; got shape {tuple(text.shape)}"
+            )
+        counts = torch.ones(vocab, vocab)
+        counts.index_put_((text[:-1].long(), text[1:].long()), torch.ones(len(text) - 1), accumulate=True)
+        self.probs = counts / counts.sum(dim=1, keepdim=True)  # (vocab, vocab): row a, the next byte's probabilities
+        self.forwards = 0
+
+    def start(self, prompt: list[int], max_len: int) -> None:
+        pass
+
+    def propose(self, seq: list[int], k: int, temperature: float, gen) -> tuple[list[int], torch.Tensor | None]:
+        tokens, dists, last = [], [], seq[-1]
+        for _ in range(k):
+            if temperature == 0:
+                last = int(self.probs[last].argmax())
+            else:
+                q = torch.softmax(self.probs[last].log() / temperature, dim=-1)
+                last = int(torch.multinomial(q, 1, generator=gen))
+                dists.append(q)
+            tokens.append(last)
+        return tokens, (torch.stack(dists) if dists else None)
+
+
 class NgramProposer:
     """Prompt lookup: find the most recent earlier place where the context's last n tokens appeared (n from
     `max_n` down to `min_n`) and propose the k tokens that followed it there; nothing where no n-gram recurs."""
@@ -158,9 +191,11 @@ def speculative_generate(
     k: int = 4,
     temperature: float = 0.0,
     seed: int | None = None,
+    accept=accept_greedy,
 ) -> tuple[torch.Tensor, SpeculativeStats]:
     """One prompt (1, T) -> (1, max_new_tokens) new ids, `proposer` guessing up to k tokens a round and the target
-    checking them in one forward. Greedy (temperature 0) gives generate()'s tokens exactly."""
+    checking them in one forward. Greedy (temperature 0) gives generate()'s tokens exactly. `accept` is the greedy
+    rule (accept_greedy's contract; the exercise of chapter 5.8 runs a learner's here)."""
     _check_prompt(target, ids, max_new_tokens)
     if ids.shape[0] != 1:
         raise ValueError(f"speculative_generate decodes one sequence; got a batch of {ids.shape[0]}")
@@ -191,7 +226,12 @@ def speculative_generate(
         logits = _extend(target, cache, [seq[-1]] + proposal, ids.device)  # (1 + len(proposal), vocab)
         stats.target_forwards += 1
         if temperature == 0:
-            n, extra = accept_greedy(proposal, logits)
+            n, extra = accept(proposal, logits)
+            if not (
+                isinstance(n, numbers.Integral) and 0 <= n <= len(proposal) and isinstance(extra, numbers.Integral)
+            ):
+                raise ValueError(f"accept() should give (tokens kept: 0..{len(proposal)}, the next token as an int)")
+            n, extra = int(n), int(extra)
         else:
             if draft_probs is None:  # a proposal without a distribution (n-gram): certain, a one-hot q per token
                 draft_probs = torch.nn.functional.one_hot(
@@ -210,27 +250,23 @@ def speculative_generate(
     return torch.tensor([out], device=ids.device), stats
 
 
-def speculation_by_k(
-    target, draft, prompts: dict, ks=(1, 2, 4, 8), new_tokens: int = 64, rounds: int = 3, ngram_k: int = 4
-) -> list[dict]:
-    """Per named set of prompts (each (1, T)) and per k: the draft's acceptance and the speed-up of greedy
-    speculation over plain decoding (generate), timed in interleaved rounds per prompt (the median of per-round
-    ratios, then the median over the prompts); and prompt lookup (n-gram) at k = `ngram_k`. Every speculative run is
-    checked to give generate()'s tokens."""
+def speculation_by_k(target, proposers: dict, prompts: dict, new_tokens: int = 64, rounds: int = 3) -> list[dict]:
+    """Per named set of prompts (each (1, T)) and per named proposer ({name: (make a proposer, k)}): the
+    acceptance, the tokens per target forward, and the speed-up of greedy speculation over plain decoding
+    (generate), timed in interleaved rounds per prompt (the median of per-round ratios, then the median over the
+    prompts). Every speculative run is checked to give generate()'s tokens."""
     import numpy as np
 
     from ailab.generation.decode import generate
     from ailab.timing import interleaved
 
-    variants = {f"draft k={k}": (lambda k=k: DraftProposer(draft), k) for k in ks}
-    variants[f"ngram k={ngram_k}"] = (lambda: NgramProposer(), ngram_k)
     rows = []
     for name, set_prompts in prompts.items():
-        per = {v: {"acceptance": [], "tokens_per_target_forward": [], "speedup": []} for v in variants}
+        per = {v: {"acceptance": [], "tokens_per_target_forward": [], "speedup": []} for v in proposers}
         for ids in set_prompts:
             want = generate(target, ids, new_tokens)
             fns = {"plain": lambda ids=ids: generate(target, ids, new_tokens)}
-            for v, (make, k) in variants.items():
+            for v, (make, k) in proposers.items():
                 out, stats = speculative_generate(target, ids, new_tokens, make(), k=k)
                 if not torch.equal(out, want):
                     raise AssertionError(f"{v} changed the greedy tokens on a prompt of {name!r}")
@@ -238,11 +274,10 @@ def speculation_by_k(
                 per[v]["tokens_per_target_forward"].append(stats.tokens_per_target_forward)
                 fns[v] = lambda ids=ids, make=make, k=k: speculative_generate(target, ids, new_tokens, make(), k=k)
             comparison = interleaved(fns, rounds=rounds, warmup=1, device=target.device)
-            for v in variants:
+            for v in proposers:
                 per[v]["speedup"].append(comparison.ratio("plain", v))
-        for v, (_, k) in variants.items():
+        for v, (_, k) in proposers.items():
             rows.append(
-                {"prompts": name, "method": v.split()[0], "k": k}
-                | {key: float(np.median(vals)) for key, vals in per[v].items()}
+                {"prompts": name, "proposer": v, "k": k} | {key: float(np.median(x)) for key, x in per[v].items()}
             )
     return rows

@@ -42,12 +42,15 @@ class AsyncLLM:
         start_timeout_s: float = 300.0,
         enable_prefix_caching: bool = False,
         max_num_batched_tokens: int | None = None,
+        settings: dict | None = None,
     ):
         """`model`: a Decoder (the core runs in a thread of this process), or with `process` a picklable callable
         that builds one (the core runs in a process of its own, which builds it). `threads`: torch's intra-op
         threads for the core alone (None: torch's default). `enable_prefix_caching`: prompts that begin alike share
         their first full KV blocks (ailab/generation/prefix_cache.py), as vLLM's flag of that name.
-        `max_num_batched_tokens`: chunked prefill, at most that many tokens a step (ailab/generation/plan.py)."""
+        `max_num_batched_tokens`: chunked prefill, at most that many tokens a step (ailab/generation/plan.py).
+        `settings`: what `ailab serve` chose for it and why (generation_policy), shown in /healthz's private half
+        with the pool's size beside them."""
         self.name, self.threads, self.process = name, threads, process
         self.enable_prefix_caching = enable_prefix_caching
         self.max_waiting, self.blocks_total = max_waiting, num_blocks
@@ -55,7 +58,7 @@ class AsyncLLM:
         # read from any thread (gauges, tests); written after each step
         self.running, self.waiting, self.blocks_free = 0, 0, num_blocks
         self.dead_reason: str | None = None
-        self.settings: dict = {}  # what `ailab serve` chose for it and why (generation_policy), shown in /healthz
+        self.settings: dict = {**(settings or {}), "num_blocks": num_blocks}
         self.output_processor = OutputProcessor()
         self._ids = itertools.count()
         core_kw = {

@@ -372,7 +372,6 @@ def generation_engine(args, threads: int | None = None):
     settings = {
         "seats": seats,
         "core_threads": threads,
-        "num_blocks": kw.get("num_blocks", 256),
         "quantization": args.quantization or "none (fp32 weights)",
         "chosen_by": {k: "flag" if v else "default" for k, v in told.items()},
         "why": chosen.why,
@@ -385,9 +384,8 @@ def generation_engine(args, threads: int | None = None):
         file=sys.stderr,
         flush=True,
     )
-    engine = AsyncLLM(factory(), **kw) if args.generation_in_thread else AsyncLLM(factory, process=True, **kw)
-    engine.settings = settings
-    return engine
+    kw["settings"] = settings
+    return AsyncLLM(factory(), **kw) if args.generation_in_thread else AsyncLLM(factory, process=True, **kw)
 
 
 def _serve_with_ray(args, models, default, config) -> int:

@@ -203,7 +203,7 @@ def speculative(quick: bool, dev) -> dict:
     import torch
 
     from ailab.generation import Decoder
-    from ailab.generation.speculative import speculation_by_k
+    from ailab.generation.speculative import DraftProposer, NgramProposer, speculation_by_k
     from ailab.generation.train import corpus, train_lm
     from ailab.models import tiny_gpt
 
@@ -220,14 +220,10 @@ def speculative(quick: bool, dev) -> dict:
             torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(i)).to(dev) for i in range(n)
         ],
     }
-    rows = speculation_by_k(
-        target,
-        draft,
-        prompts,
-        ks=(2,) if quick else (1, 2, 4, 8),
-        new_tokens=8 if quick else 64,
-        rounds=1 if quick else 3,
-    )
+    ks = (2,) if quick else (1, 2, 4, 8)
+    proposers = {f"draft k={k}": (lambda: DraftProposer(draft), k) for k in ks}
+    proposers["ngram k=4"] = (NgramProposer, 4)
+    rows = speculation_by_k(target, proposers, prompts, new_tokens=8 if quick else 64, rounds=1 if quick else 3)
     return {"target": "tiny_gpt('8m')" if not quick else "tiny_gpt('1m')", "draft": "tiny_gpt('1m')", "rows": rows}
 
 
