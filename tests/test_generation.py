@@ -401,6 +401,8 @@ def test_bench_generation_quick_has_every_figure():
     wo = out["weight_only"]
     assert list(wo["by_batch"]) == ["1"] and set(wo["by_batch"]["1"]) == {"fp32", "int8", "int4"}
     assert wo["variants"]["int8"]["bytes_vs_fp32"] < 0.27 and wo["variants"]["int4"]["bytes_vs_fp32"] < 0.2
+    prof = out["step_profile"]
+    assert prof["shares"]["matmul"] > 0 and abs(sum(prof["shares"].values()) - 1) < 1e-6 and prof["top"]
     spec = out["speculative"]["rows"]
     assert {(r["prompts"], r["proposer"]) for r in spec} == {
         (p, m) for p in ("held-out text", "random bytes") for m in ("draft k=2", "ngram k=4")

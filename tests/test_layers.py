@@ -18,6 +18,7 @@ RANK = {
     "viz": 0,  # figures: plotly and the hardware's name, nothing of ours above
     "show": 0,  # the package's own code, shown in a notebook
     "roofline": 1,
+    "profiling": 1,
     "memory": 1,  # measurements built on them
     "data": 2,
     "models": 2,

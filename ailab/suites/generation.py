@@ -17,6 +17,9 @@ weight_only       fp32, INT8 and INT4 weights (ailab.quantize.weight_only) on --
                   where the weights outweigh the cache; --size with --quick): decode ms per step at batch 1 and 16
                   in interleaved rounds, speed-ups as medians of per-round ratios, weight bytes per step; and the
                   bits per byte of each on held-out text, for a 1m model trained here (full runs)
+step_profile      torch.profiler over a paged decode step of 16 sequences with 64 tokens cached, on
+                  --weight-only-size's model (ailab.profiling): self time by part (matmul, attention, KV gather,
+                  ...), operator calls per step, the operators that took the most
 speculative       greedy speculative decoding, an 8m target and a 1m draft trained here (full runs; random weights
                   with --quick): acceptance and speed-up over plain decoding by k, on held-out text and on random
                   bytes, interleaved rounds per prompt; and prompt lookup (n-gram) at k = 4
@@ -171,6 +174,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> dict:
     if args.compile if args.compile is not None else not quick:
         out["compiled"] = compiled_vs_eager(model, burst, seats, cost, rounds=1 if quick else 3)
     out["weight_only"] = weight_only(args.weight_only_size or (args.size if quick else "30m"), quick, dev)
+    out["step_profile"] = step_profile(args.weight_only_size or (args.size if quick else "30m"), dev)
     out["speculative"] = speculative(quick, dev)
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -196,6 +200,33 @@ def weight_only(size: str, quick: bool, dev) -> dict:
         )
         out["bits_per_byte_1m_trained"] = {name: row["bits_per_byte"] for name, row in report["variants"].items()}
     return out
+
+
+def step_profile(size: str, dev, seats: int = 16) -> dict:
+    """Where a decode step of tiny_gpt(size) spends its time, from torch.profiler's operator table."""
+    import torch
+
+    from ailab.generation import Decoder, PagedKVCache
+    from ailab.generation.decode import decode_paged
+    from ailab.models import tiny_gpt
+    from ailab.profiling import profile_steps
+
+    model = Decoder(tiny_gpt(size).to(dev))
+    pool = PagedKVCache.for_model(model, 256, 16)
+    for i in range(seats):
+        pool.allocator.allocate(i, 64)
+    view, token = pool.view(list(range(seats)), 1), torch.zeros(seats, 1, dtype=torch.long, device=dev)
+    with torch.inference_mode():
+        report = profile_steps(lambda: decode_paged(model, view, token), steps=5, label="decode_step", device=dev)
+    return {
+        "model": f"tiny_gpt({size!r})",
+        "seats": seats,
+        "self_ms_per_step": report.self_ms_per_step,
+        "step_ms_profiled": report.ranges.get("decode_step"),
+        "shares": report.shares,
+        "calls_per_step": report.calls_per_step,
+        "top": [vars(r) for r in report.rows[:8]],
+    }
 
 
 def speculative(quick: bool, dev) -> dict:
